@@ -1,0 +1,1 @@
+"""collectors stage of the replmon pipeline (see DESIGN.md)."""

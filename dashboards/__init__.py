@@ -1,0 +1,1 @@
+"""dashboards stage of the replmon pipeline (see DESIGN.md)."""

@@ -1,0 +1,275 @@
+"""replmon's configuration: one pydantic model, loaded from YAML, with environment overrides.
+
+Environment variables override the file: ``REPLMON_<SECTION>__<FIELD>`` (nested with ``__``), for example
+``REPLMON_STREAM__TRIGGER_INTERVAL_S=5`` or ``REPLMON_COLLECTOR__INTERVAL_S=2``; lists and mappings take JSON
+(``REPLMON_CLUSTERS='[{"name": "prod", "bootstrap_servers": ["k1:9092"]}]'``).
+
+With no cluster configured, replmon watches the local cluster started by ``replmon cluster up``.
+Secrets are ``SecretStr``: they print as ``**********`` everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from replmon.errors import ReplmonError
+from replmon.paths import state_dir
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SecurityConfig(_Section):
+    protocol: SecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: SaslMechanism | None = None
+    username: str | None = None
+    password: SecretStr | None = None
+    ssl_cafile: Path | None = None
+    """PEM bundle of the CAs that signed the brokers' certificates."""
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    ssl_key_password: SecretStr | None = None
+    ssl_check_hostname: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SecurityConfig:
+        if self.protocol.startswith("SASL"):
+            missing = [n for n in ("sasl_mechanism", "username", "password") if getattr(self, n) is None]
+            if missing:
+                raise ValueError(f"security protocol {self.protocol} needs {', '.join(missing)}")
+        elif self.sasl_mechanism is not None:
+            raise ValueError(f"sasl_mechanism is set but protocol {self.protocol} does not use SASL")
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            path = getattr(self, name)
+            if path is not None and not Path(path).is_file():
+                raise ValueError(f"{name} {path} does not exist or is not a file")
+        return self
+
+    def kafka_python(self) -> dict[str, Any]:
+        """Keyword arguments for kafka-python clients."""
+        kw: dict[str, Any] = {"security_protocol": self.protocol}
+        if self.protocol.startswith("SASL"):
+            kw["sasl_mechanism"] = self.sasl_mechanism
+            kw["sasl_plain_username"] = self.username
+            kw["sasl_plain_password"] = self.password.get_secret_value() if self.password else None
+        if self.protocol in ("SSL", "SASL_SSL"):
+            kw["ssl_check_hostname"] = self.ssl_check_hostname
+            if self.ssl_cafile:
+                kw["ssl_cafile"] = str(self.ssl_cafile)
+            if self.ssl_certfile:
+                kw["ssl_certfile"] = str(self.ssl_certfile)
+            if self.ssl_keyfile:
+                kw["ssl_keyfile"] = str(self.ssl_keyfile)
+            if self.ssl_key_password:
+                kw["ssl_password"] = self.ssl_key_password.get_secret_value()
+        return kw
+
+    def java_client(self) -> dict[str, str]:
+        """Properties for Java Kafka clients (Spark's Kafka source and sink take them with a ``kafka.``
+        prefix)."""
+        props = {"security.protocol": self.protocol}
+        if self.protocol.startswith("SASL") and self.password is not None:
+            module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if self.sasl_mechanism == "PLAIN"
+                      else "org.apache.kafka.common.security.scram.ScramLoginModule")
+            user = _jaas_quote(self.username or "")
+            password = _jaas_quote(self.password.get_secret_value())
+            props["sasl.mechanism"] = str(self.sasl_mechanism)
+            props["sasl.jaas.config"] = f'{module} required username="{user}" password="{password}";'
+        if self.protocol in ("SSL", "SASL_SSL"):
+            if self.ssl_cafile:
+                props["ssl.truststore.type"] = "PEM"
+                props["ssl.truststore.location"] = str(self.ssl_cafile)
+            if not self.ssl_check_hostname:
+                props["ssl.endpoint.identification.algorithm"] = ""
+        return props
+
+
+def _jaas_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+class TopicFilter(_Section):
+    include: list[str] = [".*"]
+    """Regular expressions (full match) of the topics to watch."""
+    exclude: list[str] = []
+    include_internal: bool = False
+    """Watch internal topics (__consumer_offsets, __transaction_state, ...) too."""
+
+
+class ClusterConfig(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    bootstrap_servers: list[str] = Field(min_length=1)
+    security: SecurityConfig = SecurityConfig()
+    topics: TopicFilter = TopicFilter()
+    log_dirs: dict[int, list[Path]] = {}
+    """Broker id -> its log dirs, for the log-dir agents replmon run starts on this host."""
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port(cls, value: list[str]) -> list[str]:
+        for server in value:
+            host, sep, port = server.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"bootstrap server {server!r} is not HOST:PORT")
+        return value
+
+
+class CollectorConfig(_Section):
+    interval_s: float = Field(default=5.0, gt=0)
+    lineage_refresh_cycles: int = Field(default=12, ge=1)
+    """Fetch every leader's epoch lineage at least every N cycles (and whenever its leader epoch changes)."""
+    config_refresh_cycles: int = Field(default=12, ge=1)
+    """Re-read topic configs (min.insync.replicas, unclean.leader.election.enable) every M cycles."""
+    request_timeout_ms: int = Field(default=5000, ge=100)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9465, ge=0, le=65535)
+    buffer_max_samples: int = Field(default=200_000, ge=1)
+    collector_id: str | None = None
+    """Defaults to the host name."""
+
+
+class TransportConfig(_Section):
+    """Where samples and events travel: the samples cluster (default: the first watched cluster)."""
+
+    bootstrap_servers: list[str] | None = None
+    security: SecurityConfig | None = None
+    samples_topic: str = "replmon.samples"
+    events_topic: str = "replmon.events"
+    quarantine_topic: str = "replmon.quarantine"
+    topic_partitions: int = Field(default=6, ge=1)
+    topic_replication_factor: int | None = None
+    retention_ms: int = Field(default=24 * 3600 * 1000, ge=60_000)
+
+    @field_validator("bootstrap_servers", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+
+
+class StreamConfig(_Section):
+    spark_master: str = "local[2]"
+    trigger_interval_s: float = Field(default=2.0, gt=0)
+    checkpoint_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "checkpoint")
+    history_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "history")
+    state_buckets: int = Field(default=256, ge=1, le=65536)
+    max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    kafka_jars_dir: Path | None = None
+    """A directory holding spark-sql-kafka-0-10 and its dependencies, for sites without Maven Central."""
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=9464, ge=0, le=65535)
+    series_budget: int = Field(default=5000, ge=0)
+    """Per-partition series exported at most (unhealthy partitions first); aggregates are always exported."""
+    stale_after_s: float = Field(default=30.0, gt=0)
+    hw_stalled_after_s: float = Field(default=30.0, gt=0)
+    flapping_window_s: float = Field(default=300.0, gt=0)
+    flapping_threshold: int = Field(default=4, ge=1)
+    spark_conf: dict[str, str] = {}
+
+
+class GrafanaConfig(_Section):
+    url: str = "http://127.0.0.1:3000"
+    token: SecretStr | None = None
+    folder: str = "replmon"
+
+
+class ReplmonConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="REPLMON_", env_nested_delimiter="__", extra="forbid")
+
+    clusters: list[ClusterConfig] = []
+    collector: CollectorConfig = CollectorConfig()
+    transport: TransportConfig = TransportConfig()
+    stream: StreamConfig = StreamConfig()
+    grafana: GrafanaConfig = GrafanaConfig()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (env_settings, init_settings)  # the environment overrides the YAML file
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> ReplmonConfig:
+        names = [c.name for c in self.clusters]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"cluster names must be unique: {', '.join(dupes)}")
+        return self
+
+    def samples_bootstrap(self) -> list[str]:
+        if self.transport.bootstrap_servers:
+            return self.transport.bootstrap_servers
+        if not self.clusters:
+            raise ReplmonError("no cluster configured and no transport.bootstrap_servers")
+        return self.clusters[0].bootstrap_servers
+
+    def samples_security(self) -> SecurityConfig:
+        if self.transport.security is not None:
+            return self.transport.security
+        if self.transport.bootstrap_servers or not self.clusters:
+            return SecurityConfig()
+        return self.clusters[0].security
+
+
+def load_config(path: Path | str | None = None, env: dict[str, str] | None = None) -> ReplmonConfig:
+    """Load ``path`` (YAML) with environment overrides; every mistake becomes one clear ReplmonError."""
+    data: dict[str, Any] = {}
+    where = "environment"
+    if path is not None:
+        where = str(path)
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ReplmonError(f"config file {p} does not exist")
+        try:
+            loaded = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            raise ReplmonError(f"config file {p} is not valid YAML: {exc}".replace("\n", " ")) from exc
+        except OSError as exc:
+            raise ReplmonError(f"cannot read config file {p}: {exc.strerror}") from exc
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ReplmonError(f"config file {p} must hold a mapping at the top, not {type(loaded).__name__}")
+        data = loaded
+    saved = None
+    if env is not None:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(env)
+    try:
+        return ReplmonConfig(**data)
+    except ValidationError as exc:
+        raise ReplmonError(f"invalid configuration ({where}): {format_validation_error(exc)}") from None
+    finally:
+        if saved is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """'clusters.0.bootstrap_servers: Field required; ...' without echoing input values (they may be
+    secrets)."""
+    parts = []
+    for err in exc.errors(include_input=False, include_url=False):
+        loc = ".".join(str(x) for x in err["loc"]) or "(top)"
+        parts.append(f"{loc}: {err['msg']}")
+    return "; ".join(parts)

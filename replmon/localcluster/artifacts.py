@@ -1,0 +1,111 @@
+"""Assemble Apache Kafka from Maven Central into a cached classpath, and find a Java runtime for it.
+
+The first start downloads the jars with Maven (``dependency:copy-dependencies`` on the bundled POM); later
+starts use the cache and need no network.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from importlib import resources
+from pathlib import Path
+
+from replmon.errors import ReplmonError
+from replmon.paths import cache_dir
+
+KAFKA_VERSION = "4.3.1"
+"""The newest Apache Kafka 4.x whose whole dependency tree resolves from Maven Central (4.4.0 lacks
+kafka-tools-api there)."""
+
+MIN_JAVA = 17
+MAVEN_REPOSITORY_ENV = "REPLMON_MAVEN_REPOSITORY"
+"""Set to a Maven repository URL (a mirror of Maven Central) to download Kafka from there instead."""
+
+
+def java_executable() -> str:
+    """The ``java`` to run Kafka with: $JAVA_HOME/bin/java, else the one on PATH; it must be Java 17+."""
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise ReplmonError(
+            f"Java not found: the local Kafka cluster needs Java {MIN_JAVA}+ "
+            "(apt-get install openjdk-17-jre-headless, or set JAVA_HOME)"
+        )
+    out = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=60)
+    major = parse_java_major(out.stderr + out.stdout)
+    if major is None or major < MIN_JAVA:
+        raise ReplmonError(f"{java} is Java {major or 'of unknown version'}; Kafka {KAFKA_VERSION} needs {MIN_JAVA}+")
+    return java
+
+
+def parse_java_major(version_output: str) -> int | None:
+    """Major version from ``java -version`` output ('1.8.0_392' -> 8, '17.0.15' -> 17)."""
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', version_output)
+    if not match:
+        return None
+    major = int(match.group(1))
+    return int(match.group(2) or 0) if major == 1 else major
+
+
+def kafka_libs(version: str = KAFKA_VERSION) -> Path:
+    """The directory of jars that runs Kafka ``version``, downloading it on first use."""
+    root = cache_dir() / f"kafka-{version}"
+    libs = root / "libs"
+    if (root / "complete").exists() and any(libs.glob("kafka_2.13-*.jar")):
+        return libs
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise ReplmonError(
+            f"Maven (mvn) not found and Kafka {version} is not cached in {root}: "
+            "install Maven 3.8+ (apt-get install maven)"
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix="download-") as tmp:
+        pom = Path(tmp) / "pom.xml"
+        pom.write_text(resources.files("replmon.localcluster").joinpath("pom.xml").read_text())
+        out_dir = Path(tmp) / "libs"
+        cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
+               f"-Dkafka.version={version}", f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime"]
+        mirror = os.environ.get(MAVEN_REPOSITORY_ENV)
+        if mirror:
+            settings = Path(tmp) / "settings.xml"
+            settings.write_text(maven_mirror_settings(mirror))
+            cmd[1:1] = ["-s", str(settings)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
+        if proc.returncode != 0:
+            source = mirror or "Maven Central"
+            raise ReplmonError(
+                f"cannot download Apache Kafka {version} from {source} and nothing is cached in {root}: "
+                f"{maven_failure_reason(proc.stdout + proc.stderr)} "
+                f"(check network access, or set {MAVEN_REPOSITORY_ENV} to a reachable mirror)"
+            )
+        if libs.exists():
+            shutil.rmtree(libs)
+        out_dir.rename(libs)
+    (root / "complete").write_text(version + "\n")
+    return libs
+
+
+def maven_mirror_settings(url: str) -> str:
+    """A Maven settings.xml that sends every repository request to ``url``."""
+    return (
+        "<settings><mirrors><mirror><id>replmon-mirror</id><mirrorOf>*</mirrorOf>"
+        f"<url>{url}</url></mirror></mirrors></settings>\n"
+    )
+
+
+def maven_failure_reason(output: str) -> str:
+    """The most telling line of a failed Maven run."""
+    lines = [line.strip() for line in output.splitlines() if "[ERROR]" in line and line.strip() != "[ERROR]"]
+    for line in lines:
+        if "Could not" in line or "resolve" in line or "transfer" in line:
+            return _shorten(line.replace("[ERROR]", "").strip())
+    return _shorten(lines[0].replace("[ERROR]", "").strip()) if lines else "Maven failed"
+
+
+def _shorten(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,522 @@
+"""A real Apache Kafka cluster (KRaft, one controller and N brokers) on 127.0.0.1, with fault injection.
+
+Each node is a separate JVM started from the cached Maven classpath. The cluster directory holds one folder per
+node (``server.properties``, ``data/``, ``server.log``) and ``cluster.json``, the state that lets ``status``,
+``fault`` and ``down`` work from another process. Every JVM carries ``-Dreplmon.cluster=<dir>`` on its command
+line, so that ``down`` finds and stops them even when the state file is lost or stale.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from replmon.errors import ReplmonError
+from replmon.localcluster import artifacts, properties
+from replmon.paths import state_dir
+
+START_TIMEOUT_S = 120.0
+STOP_GRACE_S = 10.0
+
+
+class NodeRole(StrEnum):
+    CONTROLLER = "controller"
+    BROKER = "broker"
+
+
+class NodeState(StrEnum):
+    RUNNING = "running"
+    PAUSED = "paused"
+    STOPPED = "stopped"
+
+
+class NodeSpec(BaseModel):
+    node_id: int
+    role: NodeRole
+    port: int
+    dir: Path
+    pid: int | None = None
+
+    @property
+    def config_file(self) -> Path:
+        return self.dir / "server.properties"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "server.log"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.dir / "data"
+
+
+class ClusterSpec(BaseModel):
+    """What ``cluster.json`` holds."""
+
+    dir: Path
+    cluster_id: str
+    kafka_version: str
+    nodes: list[NodeSpec]
+    broker_overrides: dict[str, str] = {}
+
+
+class NodeStatus(BaseModel):
+    node_id: int
+    role: NodeRole
+    pid: int | None
+    state: NodeState
+    listener: str
+    log_dir: Path
+
+
+def default_cluster_dir() -> Path:
+    return state_dir() / "clusters" / "default"
+
+
+def _last_pointer() -> Path:
+    return state_dir() / "last-cluster"
+
+
+def resolve_cluster_dir(path: Path | str | None) -> Path:
+    """``path`` if given, else the cluster ``up`` started last, else the default location."""
+    if path is not None:
+        return Path(path).expanduser().resolve()
+    pointer = _last_pointer()
+    if pointer.exists():
+        return Path(pointer.read_text().strip())
+    return default_cluster_dir().resolve()
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def new_cluster_id() -> str:
+    """Kafka's cluster id format: a random UUID, URL-safe base64 without padding (22 characters)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+def marker(cluster_dir: Path) -> str:
+    return f"-Dreplmon.cluster={cluster_dir}"
+
+
+def _proc_cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _proc_state(pid: int) -> str | None:
+    """The one-letter state of /proc/PID/stat (R, S, T, Z, ...), None when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat[stat.rindex(")") + 2]
+
+
+def cluster_pids(cluster_dir: Path) -> list[int]:
+    """Every live process whose command line carries this cluster's marker."""
+    tag = marker(cluster_dir) + " "
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and tag in _proc_cmdline(int(entry.name)) + " ":
+            state = _proc_state(int(entry.name))
+            if state is not None and state != "Z":
+                pids.append(int(entry.name))
+    return pids
+
+
+def _reap(pid: int) -> None:
+    """Collect a child's exit status, when the process is our own child (a no-op otherwise)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """prctl(PR_SET_PDEATHSIG, SIGKILL): the node dies when the process that started it dies."""
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.prctl(1, signal.SIGKILL)
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    return "\n".join(text[-lines:])
+
+
+class LocalCluster:
+    """One local cluster, identified by its directory. Use :meth:`up` to start one, :meth:`open` to attach."""
+
+    def __init__(self, spec: ClusterSpec, die_with_parent: bool = False) -> None:
+        self.spec = spec
+        self.die_with_parent = die_with_parent
+
+    # ------------------------------------------------------------------ lifecycle
+    @classmethod
+    def up(
+        cls,
+        cluster_dir: Path | str | None = None,
+        brokers: int = 3,
+        overrides: Mapping[str, str] | None = None,
+        die_with_parent: bool = False,
+        timeout_s: float = START_TIMEOUT_S,
+        on_progress: Callable[[str], None] = lambda _msg: None,
+    ) -> LocalCluster:
+        """Start the cluster in ``cluster_dir`` (created and formatted on first use) and wait until every
+        broker is registered and unfenced. On any failure nothing of it is left running."""
+        if brokers < 1:
+            raise ReplmonError(f"--brokers must be at least 1, not {brokers}")
+        cdir = Path(cluster_dir).expanduser().resolve() if cluster_dir else default_cluster_dir().resolve()
+        java = artifacts.java_executable()
+        on_progress(f"resolving Apache Kafka {artifacts.KAFKA_VERSION} (Maven Central, cached)")
+        libs = artifacts.kafka_libs()
+        state_file = cdir / "cluster.json"
+        if state_file.exists():
+            cluster = cls(ClusterSpec.model_validate_json(state_file.read_text()), die_with_parent)
+            running = [s for s in cluster.status() if s.state != NodeState.STOPPED]
+            if len(running) == len(cluster.spec.nodes):
+                cluster.resume_all()
+                cluster._remember()
+                return cluster
+            if running:
+                cluster.down()
+            if overrides:
+                cluster.spec.broker_overrides.update(overrides)
+                cluster._write_configs()
+        else:
+            cluster = cls._create(cdir, brokers, dict(overrides or {}), die_with_parent)
+            on_progress(f"formatting storage of {len(cluster.spec.nodes)} nodes in {cdir}")
+            cluster._format(java, libs)
+        try:
+            on_progress("starting controller and brokers")
+            for node in cluster.spec.nodes:
+                cluster._start_node(node, java, libs)
+            cluster.wait_until_registered(cluster.broker_ids, timeout_s=timeout_s)
+        except BaseException:
+            cluster.down()
+            raise
+        cluster._remember()
+        return cluster
+
+    @classmethod
+    def open(cls, cluster_dir: Path | str | None = None) -> LocalCluster:
+        cdir = resolve_cluster_dir(cluster_dir)
+        state_file = cdir / "cluster.json"
+        if not state_file.exists():
+            raise ReplmonError(f"no local cluster in {cdir}: start one with `replmon cluster up`")
+        return cls(ClusterSpec.model_validate_json(state_file.read_text()))
+
+    @classmethod
+    def _create(
+        cls, cdir: Path, brokers: int, overrides: dict[str, str], die_with_parent: bool
+    ) -> LocalCluster:
+        if cdir.exists() and any(cdir.iterdir()):
+            raise ReplmonError(f"{cdir} is not empty and holds no replmon cluster: choose another --dir")
+        cdir.mkdir(parents=True, exist_ok=True)
+        ports = set()
+        while len(ports) < brokers + 1:
+            ports.add(free_port())
+        port_list = sorted(ports)
+        nodes = [NodeSpec(node_id=properties.CONTROLLER_ID, role=NodeRole.CONTROLLER, port=port_list[0],
+                          dir=cdir / "controller")]
+        nodes += [NodeSpec(node_id=i, role=NodeRole.BROKER, port=port_list[i], dir=cdir / f"broker-{i}")
+                  for i in range(1, brokers + 1)]
+        spec = ClusterSpec(dir=cdir, cluster_id=new_cluster_id(), kafka_version=artifacts.KAFKA_VERSION,
+                           nodes=nodes, broker_overrides=overrides)
+        cluster = cls(spec, die_with_parent)
+        cluster._write_configs()
+        return cluster
+
+    def _write_configs(self) -> None:
+        controller = self.node(properties.CONTROLLER_ID)
+        (self.spec.dir / "log4j2.properties").write_text(properties.LOG4J2)
+        for node in self.spec.nodes:
+            node.dir.mkdir(parents=True, exist_ok=True)
+            if node.role == NodeRole.CONTROLLER:
+                props = properties.controller_properties(node.port, node.data_dir)
+            else:
+                props = properties.broker_properties(node.node_id, node.port, controller.port, node.data_dir,
+                                                     self.spec.broker_overrides)
+            node.config_file.write_text(properties.render(props))
+        self._save()
+
+    def _java_cmd(self, java: str, libs: Path, heap: str, main: str, *args: str) -> list[str]:
+        return [java, *properties.jvm_options(heap), marker(self.spec.dir),
+                f"-Dlog4j2.configurationFile={self.spec.dir / 'log4j2.properties'}",
+                "-cp", f"{libs}/*", main, *args]
+
+    def _format(self, java: str, libs: Path) -> None:
+        procs = []
+        for node in self.spec.nodes:
+            cmd = self._java_cmd(java, libs, "256m", "kafka.tools.StorageTool", "format",
+                                 "-t", self.spec.cluster_id, "-c", str(node.config_file))
+            log = (node.dir / "format.log").open("w")
+            procs.append((node, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                                      stdin=subprocess.DEVNULL)))
+        failed = []
+        for node, log, proc in procs:
+            proc.wait(timeout=180)
+            log.close()
+            if proc.returncode != 0:
+                failed.append(f"node {node.node_id}: {_log_tail(node.dir / 'format.log', 5)}")
+        if failed:
+            raise ReplmonError("formatting the storage failed: " + "; ".join(failed))
+
+    def _start_node(self, node: NodeSpec, java: str, libs: Path) -> None:
+        heap = properties.CONTROLLER_HEAP if node.role == NodeRole.CONTROLLER else properties.BROKER_HEAP
+        cmd = self._java_cmd(java, libs, heap, "kafka.Kafka", str(node.config_file))
+        with node.log_file.open("a") as log:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node.dir,
+                start_new_session=True, preexec_fn=_die_with_parent if self.die_with_parent else None,
+            )
+        node.pid = proc.pid
+        self._save()
+
+    def _save(self) -> None:
+        tmp = self.spec.dir / "cluster.json.tmp"
+        tmp.write_text(self.spec.model_dump_json(indent=2))
+        tmp.replace(self.spec.dir / "cluster.json")
+
+    def _remember(self) -> None:
+        pointer = _last_pointer()
+        pointer.parent.mkdir(parents=True, exist_ok=True)
+        pointer.write_text(str(self.spec.dir) + "\n")
+
+    def down(self, purge: bool = False) -> list[int]:
+        """Stop every process of this cluster (SIGTERM, then SIGKILL after a grace period); with ``purge``
+        delete its directory. Returns the pids that were stopped."""
+        pids = cluster_pids(self.spec.dir)
+        brokers = [p for p in pids if p != self._pid_of(properties.CONTROLLER_ID)]
+        # brokers first: they finish their controlled shutdown while the controller still answers
+        self._terminate(brokers, grace_s=STOP_GRACE_S)
+        self._terminate(cluster_pids(self.spec.dir), grace_s=STOP_GRACE_S)
+        for node in self.spec.nodes:
+            node.pid = None
+        if purge:
+            shutil.rmtree(self.spec.dir, ignore_errors=True)
+            pointer = _last_pointer()
+            if pointer.exists() and pointer.read_text().strip() == str(self.spec.dir):
+                pointer.unlink()
+        elif self.spec.dir.exists():
+            self._save()
+        return pids
+
+    @staticmethod
+    def _terminate(pids: Iterable[int], grace_s: float) -> None:
+        pids = list(pids)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)  # a paused JVM cannot act on SIGTERM
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace_s
+        alive = pids
+        while alive and time.monotonic() < deadline:
+            for pid in alive:
+                _reap(pid)
+            alive = [p for p in alive if _proc_state(p) not in (None, "Z")]
+            if alive:
+                time.sleep(0.1)
+        for pid in alive:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            _wait_gone(pid, 10.0)
+
+    # ------------------------------------------------------------------ inspection
+    @property
+    def bootstrap_servers(self) -> str:
+        return ",".join(f"127.0.0.1:{n.port}" for n in self.spec.nodes if n.role == NodeRole.BROKER)
+
+    @property
+    def broker_ids(self) -> list[int]:
+        return [n.node_id for n in self.spec.nodes if n.role == NodeRole.BROKER]
+
+    @property
+    def dir(self) -> Path:
+        return self.spec.dir
+
+    def node(self, node_id: int) -> NodeSpec:
+        for node in self.spec.nodes:
+            if node.node_id == node_id:
+                return node
+        raise ReplmonError(f"no node {node_id} in the cluster at {self.spec.dir} (brokers: {self.broker_ids})")
+
+    def broker(self, broker_id: int) -> NodeSpec:
+        node = self.node(broker_id)
+        if node.role != NodeRole.BROKER:
+            raise ReplmonError(f"node {broker_id} is the controller; faults target brokers {self.broker_ids}")
+        return node
+
+    def broker_log_dir(self, broker_id: int) -> Path:
+        return self.broker(broker_id).data_dir
+
+    def _pid_of(self, node_id: int) -> int | None:
+        node = self.node(node_id)
+        if node.pid is None:
+            return None
+        _reap(node.pid)
+        if _proc_state(node.pid) in (None, "Z") or marker(self.spec.dir) not in _proc_cmdline(node.pid):
+            return None
+        return node.pid
+
+    def node_state(self, node_id: int) -> NodeState:
+        pid = self._pid_of(node_id)
+        if pid is None:
+            return NodeState.STOPPED
+        return NodeState.PAUSED if _proc_state(pid) in ("T", "t") else NodeState.RUNNING
+
+    def status(self) -> list[NodeStatus]:
+        result = []
+        for node in self.spec.nodes:
+            state = self.node_state(node.node_id)
+            listener = ("CONTROLLER" if node.role == NodeRole.CONTROLLER else "PLAINTEXT") + f"://127.0.0.1:{node.port}"
+            result.append(NodeStatus(node_id=node.node_id, role=node.role,
+                                     pid=node.pid if state != NodeState.STOPPED else None,
+                                     state=state, listener=listener, log_dir=node.data_dir))
+        return result
+
+    def registered_brokers(self) -> set[int]:
+        """Brokers the cluster's metadata lists: registered and unfenced."""
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=3000,
+                                 client_id="replmon-localcluster")
+        try:
+            return {int(b["broker_id"]) for b in admin.describe_cluster()["brokers"]}
+        finally:
+            admin.close()
+
+    def wait_until_registered(self, broker_ids: Iterable[int], timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until each of ``broker_ids`` is registered and unfenced; fail early with the log of a node
+        that died while starting."""
+        wanted = set(broker_ids)
+        deadline = time.monotonic() + timeout_s
+        last_error = ""
+        while True:
+            for node in self.spec.nodes:
+                if node.pid is not None and self._pid_of(node.node_id) is None:
+                    raise ReplmonError(
+                        f"{node.role} {node.node_id} died while starting; last lines of {node.log_file}:\n"
+                        + _log_tail(node.log_file)
+                    )
+            try:
+                if wanted <= self.registered_brokers():
+                    return
+            except Exception as exc:  # the brokers are not answering yet
+                last_error = str(exc)
+            if time.monotonic() > deadline:
+                raise ReplmonError(
+                    f"brokers {sorted(wanted)} not registered and unfenced after {timeout_s:.0f}s"
+                    + (f" ({last_error})" if last_error else "")
+                )
+            time.sleep(0.5)
+
+    # ------------------------------------------------------------------ faults
+    def _signal(self, broker_id: int, sig: signal.Signals) -> int:
+        self.broker(broker_id)
+        pid = self._pid_of(broker_id)
+        if pid is None:
+            raise ReplmonError(f"broker {broker_id} is not running")
+        os.kill(pid, sig)
+        return pid
+
+    def pause(self, broker_id: int) -> None:
+        """SIGSTOP: the broker stops fetching and heartbeating but keeps its sockets open."""
+        self._signal(broker_id, signal.SIGSTOP)
+
+    def resume(self, broker_id: int) -> None:
+        """SIGCONT."""
+        self._signal(broker_id, signal.SIGCONT)
+
+    def resume_all(self) -> None:
+        for broker_id in self.broker_ids:
+            if self.node_state(broker_id) == NodeState.PAUSED:
+                self.resume(broker_id)
+
+    def kill(self, broker_id: int) -> None:
+        """SIGKILL: an abrupt crash; the log is recovered on restart."""
+        pid = self._signal(broker_id, signal.SIGKILL)
+        _wait_gone(pid, 10.0)
+
+    def stop(self, broker_id: int, timeout_s: float = 30.0) -> None:
+        """SIGTERM: a controlled shutdown (the broker leaves ISRs and hands over leadership first)."""
+        self.broker(broker_id)
+        pid = self._pid_of(broker_id)
+        if pid is None:
+            raise ReplmonError(f"broker {broker_id} is not running")
+        self._terminate([pid], grace_s=timeout_s)
+
+    def start(self, broker_id: int, wait: bool = True, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Start a stopped broker again with the same configuration and log dir."""
+        node = self.broker(broker_id)
+        if self._pid_of(broker_id) is not None:
+            raise ReplmonError(f"broker {broker_id} is already running (pid {node.pid})")
+        self._start_node(node, artifacts.java_executable(), artifacts.kafka_libs(self.spec.kafka_version))
+        if wait:
+            self.wait_until_registered([broker_id], timeout_s=timeout_s)
+
+    def restart(self, broker_id: int, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Stop the broker if it runs (resuming it first if paused), then start it with the same log dir."""
+        if self._pid_of(broker_id) is not None:
+            self.stop(broker_id)
+        self.start(broker_id, timeout_s=timeout_s)
+
+    def heal(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Bring every broker back: resume the paused ones, start the stopped ones, wait for all."""
+        self.resume_all()
+        java = libs = None
+        for broker_id in self.broker_ids:
+            if self._pid_of(broker_id) is None:
+                java = java or artifacts.java_executable()
+                libs = libs or artifacts.kafka_libs(self.spec.kafka_version)
+                self._start_node(self.broker(broker_id), java, libs)
+        self.wait_until_registered(self.broker_ids, timeout_s=timeout_s)
+
+    def elect_unclean(self, topic: str, partition: int, timeout_s: float = 30.0) -> None:
+        """Force an unclean leader election (ElectLeaders, type UNCLEAN) for one partition: a live replica
+        outside the ISR may become leader and the partition loses what only the old leader had."""
+        from kafka.admin import KafkaAdminClient
+
+        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=10000,
+                                 client_id="replmon-localcluster")
+        try:
+            admin.elect_leaders(1, {topic: [partition]}, timeout_ms=int(timeout_s * 1000))
+        except Exception as exc:
+            raise ReplmonError(f"unclean election of {topic}-{partition} failed: {exc}") from exc
+        finally:
+            admin.close()
+
+    def describe(self) -> dict[str, Any]:
+        return json.loads(self.spec.model_dump_json())
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        _reap(pid)
+        if _proc_state(pid) in (None, "Z"):
+            return
+        time.sleep(0.05)
+    raise ReplmonError(f"process {pid} did not exit within {timeout_s:.0f}s")

@@ -1,0 +1,24 @@
+"""Where replmon keeps its cache (Kafka and Spark artifacts) and its state (local clusters)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """Downloaded artifacts. REPLMON_CACHE_DIR, else $XDG_CACHE_HOME/replmon, else ~/.cache/replmon."""
+    env = os.environ.get("REPLMON_CACHE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "replmon"
+
+
+def state_dir() -> Path:
+    """Local clusters and job checkpoints. REPLMON_STATE_DIR, else $XDG_STATE_HOME/replmon."""
+    env = os.environ.get("REPLMON_STATE_DIR")
+    if env:
+        return Path(env).expanduser()
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "replmon"

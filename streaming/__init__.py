@@ -1,0 +1,1 @@
+"""streaming stage of the replmon pipeline (see DESIGN.md)."""
