@@ -1,7 +1,8 @@
 """The sample records the collectors publish to the samples topic: defined here once.
 
-Every record is one JSON object whose ``schema`` field names its kind and version. The streaming job derives its
-Spark schema and its validation from these models (``streaming.schema``); nothing else spells the fields out.
+Every record is one JSON object whose ``schema`` field names its kind and version. The streaming job derives
+its Spark schema and its validation from these models (``streaming.schema``); nothing else spells the fields
+out.
 
 Offsets follow Kafka: ``log_end_offset`` is the offset of the next message a replica will write,
 ``high_watermark`` is the first offset not yet committed (consumers read below it).
@@ -10,7 +11,7 @@ Offsets follow Kafka: ``log_end_offset`` is the offset of the next message a rep
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -23,9 +24,9 @@ Epoch = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 PartitionId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 TimeMs = Annotated[int, Field(ge=0, le=2**53)]
 
-PARTITION_SCHEMA = "partition/v1"
-REPLICA_SCHEMA = "replica/v1"
-CYCLE_SCHEMA = "cycle/v1"
+PARTITION_SCHEMA: Final = "partition/v1"
+REPLICA_SCHEMA: Final = "replica/v1"
+CYCLE_SCHEMA: Final = "cycle/v1"
 
 
 class ReplicaError(StrEnum):

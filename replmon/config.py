@@ -77,7 +77,7 @@ class SecurityConfig(_Section):
     def java_client(self) -> dict[str, str]:
         """Properties for Java Kafka clients (Spark's Kafka source and sink take them with a ``kafka.``
         prefix)."""
-        props = {"security.protocol": self.protocol}
+        props: dict[str, str] = {"security.protocol": self.protocol}
         if self.protocol.startswith("SASL") and self.password is not None:
             module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if self.sasl_mechanism == "PLAIN"
                       else "org.apache.kafka.common.security.scram.ScramLoginModule")

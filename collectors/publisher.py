@@ -1,0 +1,349 @@
+"""Publishing samples: to the samples topic (:class:`SamplePublisher`) or as JSON lines
+(:class:`JsonLinesOutput`).
+
+Both offer the same small API (:class:`SampleSink`), used by the protocol sampler and the log-dir agent::
+
+    sink = SamplePublisher(config)          # or JsonLinesOutput() for ``--output -``
+    sink.publish(samples)                   # never blocks on the network; a full buffer drops the oldest
+    sink.flush(timeout_s=10)                # True when everything buffered was acknowledged
+    sink.dropped, sink.buffered             # counts
+    sink.close()
+
+Values are :func:`collectors.samples.to_json`, keys :func:`record_key` (cluster/topic/partition), so every
+sample of one partition lands in one Kafka partition, in order. The samples topic is created when missing,
+with ``retention.ms`` and ``compression.type``. When the samples cluster is away, samples wait in a bounded
+buffer (``collector.buffer_max_samples``) and the sender backs off exponentially; what does not fit, or what
+the producer fails to deliver, is dropped and counted (``replmon_collector_samples_dropped``).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import IO, Any, Protocol
+
+from collectors.metrics import CollectorMetrics
+from collectors.samples import CycleSample, Sample, sample_key, to_json
+from replmon.config import ReplmonConfig
+
+log = logging.getLogger(__name__)
+
+TOPIC_COMPRESSION = "zstd"
+"""compression.type of the samples topic: the brokers store samples zstd-compressed (JSON compresses ~10x)."""
+BACKOFF_MIN_S = 0.5
+BACKOFF_MAX_S = 30.0
+MAX_IN_FLIGHT = 20_000
+"""Records handed to the producer and not yet acknowledged, at most."""
+
+Record = tuple[bytes, bytes]
+
+
+def record_key(sample: Sample) -> bytes:
+    """cluster/topic/partition for partition and replica samples; the cluster alone for cycle samples."""
+    if isinstance(sample, CycleSample):
+        return sample.cluster.encode()
+    return sample_key(sample.cluster, sample.topic, sample.partition)
+
+
+class SampleSink(Protocol):
+    def publish(self, samples: Iterable[Sample]) -> None: ...
+
+    def flush(self, timeout_s: float = 10.0) -> bool: ...
+
+    def close(self, timeout_s: float = 10.0) -> None: ...
+
+    @property
+    def dropped(self) -> int: ...
+
+    @property
+    def buffered(self) -> int: ...
+
+
+class JsonLinesOutput:
+    """``--output -``: one JSON sample a line on ``stream`` (stdout by default)."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream if stream is not None else sys.stdout
+        self._lock = threading.Lock()
+        self.published = 0
+
+    def publish(self, samples: Iterable[Sample]) -> None:
+        lines = [to_json(s).decode() for s in samples]
+        if not lines:
+            return
+        with self._lock:
+            self._stream.write("\n".join(lines) + "\n")
+            self.published += len(lines)
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        with self._lock:
+            self._stream.flush()
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.flush()
+
+    @property
+    def dropped(self) -> int:
+        return 0
+
+    @property
+    def buffered(self) -> int:
+        return 0
+
+
+ProducerFactory = Callable[[dict[str, Any]], Any]
+TopicCreator = Callable[[ReplmonConfig], None]
+
+
+def _kafka_producer(kw: dict[str, Any]) -> Any:
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**kw)
+
+
+def ensure_samples_topic(config: ReplmonConfig) -> None:
+    """Create ``transport.samples_topic`` on the samples cluster unless it exists (retention, compression)."""
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import TopicAlreadyExistsError
+
+    transport = config.transport
+    admin = KafkaAdminClient(bootstrap_servers=config.samples_bootstrap(),
+                             client_id="replmon-publisher-admin", request_timeout_ms=10_000,
+                             bootstrap_timeout_ms=10_000,
+                             **config.samples_security().kafka_python())
+    try:
+        spec = {"num_partitions": transport.topic_partitions,
+                "replication_factor": transport.topic_replication_factor or -1,
+                "configs": {"retention.ms": str(transport.retention_ms),
+                            "compression.type": TOPIC_COMPRESSION}}
+        try:
+            result = admin.create_topics({transport.samples_topic: spec}, timeout_ms=10_000,
+                                         raise_errors=False)
+        except TopicAlreadyExistsError:
+            return
+        for topic in result.get("topics", []):
+            code = topic.get("error_code", 0)
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise RuntimeError(f"creating topic {transport.samples_topic} failed: error code {code} "
+                                   f"{topic.get('error_message') or ''}".strip())
+    finally:
+        admin.close()
+
+
+class SamplePublisher:
+    """Publishes samples to ``transport.samples_topic`` from a background thread.
+
+    ``publish`` only encodes and buffers. The sender thread connects (creating the topic if needed), hands
+    records to a KafkaProducer (at most ``MAX_IN_FLIGHT`` unacknowledged), and on any failure backs off
+    (0.5 s doubling to 30 s) before trying again. Records whose delivery failed are dropped, not re-sent, so
+    the samples of one partition never arrive out of order.
+    """
+
+    def __init__(
+        self,
+        config: ReplmonConfig,
+        *,
+        client_id: str = "replmon-collector",
+        metrics: CollectorMetrics | None = None,
+        producer_factory: ProducerFactory = _kafka_producer,
+        topic_creator: TopicCreator = ensure_samples_topic,
+    ) -> None:
+        self.config = config
+        self.topic = config.transport.samples_topic
+        self.max_buffered = config.collector.buffer_max_samples
+        self.metrics = metrics
+        self._client_id = client_id
+        self._producer_factory = producer_factory
+        self._topic_creator = topic_creator
+        self._buffer: deque[Record] = deque()
+        self._cond = threading.Condition()
+        self._in_flight = 0
+        self._dropped = 0
+        self._published = 0
+        self._closing = False
+        self._producer: Any = None
+        self._backoff_s = 0.0
+        self._outage: str | None = None
+        self._thread = threading.Thread(target=self._run, name="replmon-publisher", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ API
+    def publish(self, samples: Iterable[Sample]) -> None:
+        records = [(record_key(s), to_json(s)) for s in samples]
+        if not records:
+            return
+        with self._cond:
+            if self._closing:
+                raise RuntimeError("SamplePublisher is closed")
+            self._buffer.extend(records)
+            overflow = len(self._buffer) - self.max_buffered
+            for _ in range(max(0, overflow)):
+                self._buffer.popleft()  # the oldest go first: newer samples supersede them
+            self._cond.notify_all()
+        if overflow > 0:
+            self._count_dropped(overflow, "buffer full")
+        self._update_gauge()
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until every buffered sample was acknowledged (or dropped); False on timeout."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while self._buffer or self._in_flight:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.2))
+        return True
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Flush for at most ``timeout_s``, then stop; what is still buffered is dropped and counted."""
+        self.flush(timeout_s)
+        with self._cond:
+            self._closing = True
+            left = len(self._buffer)
+            self._buffer.clear()
+            self._cond.notify_all()
+        if left:
+            self._count_dropped(left, "closed before delivery")
+        self._thread.join(timeout=max(1.0, timeout_s))
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            try:
+                producer.close(timeout=max(1.0, timeout_s))
+            except Exception as exc:  # closing must not fail the caller
+                log.debug("closing the producer: %s", exc)
+        self._update_gauge()
+
+    @property
+    def dropped(self) -> int:
+        return self._dropped
+
+    @property
+    def buffered(self) -> int:
+        """Samples not yet acknowledged: waiting in the buffer or in flight."""
+        return len(self._buffer) + self._in_flight
+
+    @property
+    def published(self) -> int:
+        return self._published
+
+    @property
+    def outage(self) -> str | None:
+        """Why the samples cluster is currently unusable, or None."""
+        return self._outage
+
+    # ------------------------------------------------------------------ sender thread
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closing and (not self._buffer or self._in_flight >= MAX_IN_FLIGHT):
+                    self._cond.wait(0.5)
+                if self._closing:
+                    return
+            if self._backoff_s:
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closing, timeout=self._backoff_s)
+                    if self._closing:
+                        return
+            if self._producer is None and not self._connect():
+                continue
+            self._send_some()
+
+    def _connect(self) -> bool:
+        try:
+            self._topic_creator(self.config)
+            security = self.config.samples_security().kafka_python()
+            self._producer = self._producer_factory({
+                "bootstrap_servers": self.config.samples_bootstrap(), "client_id": self._client_id,
+                "acks": "all", "linger_ms": 50, "batch_size": 256 * 1024, "max_request_size": 4 * 1024 * 1024,
+                "request_timeout_ms": 10_000, "delivery_timeout_ms": 30_000, "max_block_ms": 5_000,
+                "bootstrap_timeout_ms": 10_000, "retries": 5, **security,
+            })
+        except Exception as exc:
+            self._failed(f"cannot reach the samples cluster {','.join(self.config.samples_bootstrap())}: "
+                         f"{_describe(exc)}")
+            return False
+        self._recovered()
+        return True
+
+    def _send_some(self) -> None:
+        from kafka.errors import KafkaTimeoutError
+
+        while True:
+            with self._cond:
+                if self._closing or not self._buffer or self._in_flight >= MAX_IN_FLIGHT:
+                    return
+                key, value = self._buffer.popleft()
+                self._in_flight += 1
+            try:
+                future = self._producer.send(self.topic, key=key, value=value)
+            except KafkaTimeoutError as exc:
+                with self._cond:
+                    self._in_flight -= 1
+                    self._buffer.appendleft((key, value))  # not sent: it keeps its place
+                self._failed(f"samples topic {self.topic} unavailable: {_describe(exc)}")
+                return
+            except Exception as exc:
+                with self._cond:
+                    self._in_flight -= 1
+                self._count_dropped(1, _describe(exc))
+                self._failed(f"sending to {self.topic} failed: {_describe(exc)}")
+                return
+            future.add_callback(self._on_ack)
+            future.add_errback(self._on_error)
+
+    def _on_ack(self, _metadata: Any) -> None:
+        with self._cond:
+            self._in_flight -= 1
+            self._published += 1
+            self._cond.notify_all()
+        if self.metrics:
+            self.metrics.samples_published.inc()
+        if self._outage is not None:
+            self._recovered()
+        self._update_gauge()
+
+    def _on_error(self, exc: BaseException) -> None:
+        with self._cond:
+            self._in_flight -= 1
+            self._cond.notify_all()
+        self._count_dropped(1, _describe(exc))
+        self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
+        self._update_gauge()
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _failed(self, reason: str) -> None:
+        if self._outage is None:
+            log.warning("replmon publisher: %s; buffering up to %d samples and retrying with backoff",
+                        reason, self.max_buffered)
+            if self.metrics:
+                self.metrics.errors.labels(cluster="samples", kind="publish").inc()
+        self._outage = reason
+        self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, self._backoff_s * 2))
+
+    def _recovered(self) -> None:
+        if self._outage is not None:
+            log.warning("replmon publisher: the samples cluster is back")
+        self._outage = None
+        self._backoff_s = 0.0
+
+    def _count_dropped(self, n: int, reason: str) -> None:
+        with self._cond:
+            self._dropped += n
+        log.debug("dropped %d sample(s): %s", n, reason)
+        if self.metrics:
+            self.metrics.samples_dropped.inc(n)
+
+    def _update_gauge(self) -> None:
+        if self.metrics:
+            self.metrics.samples_buffered.set(self.buffered)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
