@@ -1,0 +1,179 @@
+"""Reading a partition directory from disk, read-only.
+
+Every file is opened, read and closed within one call: nothing stays open between cycles, nothing is locked
+or written. Small files (checkpoints, partition.metadata, meta.properties) are read whole in one read, so a
+file Kafka replaces by renaming a ``.tmp`` over it is seen either old or new, never half; a read that still
+does not parse is tried once more before it counts as corrupt. Of the active segment only the tail is read:
+from the position of the last offset index entry (checked to start a valid batch) to the end of the file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TypeVar
+
+from collectors.logdir import layout
+from collectors.logdir.checkpoints import (
+    CheckpointError,
+    parse_leader_epoch_checkpoint,
+    parse_partition_metadata,
+)
+from collectors.logdir.records import (
+    INDEX_ENTRY_SIZE,
+    SegmentCorrupt,
+    SegmentTail,
+    crc_matches,
+    last_index_entry,
+    parse_index_entry,
+    read_batch_header,
+    walk_segment,
+)
+from collectors.samples import EpochEntry
+
+T = TypeVar("T")
+READ_WINDOW = 64 * 1024
+
+
+def read_small_file(path: Path) -> str | None:
+    """The whole file as text in one open/read/close; None when it does not exist."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path.name}: not UTF-8 text (byte {exc.start})") from None
+
+
+def read_parsed(path: Path, parse: Callable[[str], T]) -> T | None:
+    """``parse`` of the file's text, None when it does not exist. A parse failure is retried once: the file
+    may have been replaced between two reads of a racing writer (Kafka renames a complete .tmp over it)."""
+    try:
+        text = read_small_file(path)
+        return None if text is None else parse(text)
+    except CheckpointError:
+        text = read_small_file(path)
+        return None if text is None else parse(text)
+
+
+class WindowReader:
+    """``read(position, size)`` over an open file descriptor, served from a window of ``READ_WINDOW`` bytes
+    so that walking many small batch headers costs few system calls."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._start = 0
+        self._data = b""
+
+    def read(self, position: int, size: int) -> bytes:
+        end = position + size
+        if not (self._start <= position and end <= self._start + len(self._data)):
+            self._data = os.pread(self._fd, max(size, READ_WINDOW), position)
+            self._start = position
+        return self._data[position - self._start:end - self._start]
+
+
+def index_start_position(index_path: Path, read: Callable[[int, int], bytes], log_size: int) -> int:
+    """Where to start walking the segment: the last offset index entry's position when a complete batch with
+    a matching CRC starts there, else 0 (no index, no entry yet, or an index that disagrees with the log)."""
+    try:
+        with open(index_path, "rb") as f:
+            fd = f.fileno()
+            entries = os.fstat(fd).st_size // INDEX_ENTRY_SIZE
+
+            def read_entry(i: int) -> tuple[int, int]:
+                raw = os.pread(fd, INDEX_ENTRY_SIZE, i * INDEX_ENTRY_SIZE)
+                return parse_index_entry(raw) if len(raw) == INDEX_ENTRY_SIZE else (0, 0)
+
+            entry = last_index_entry(read_entry, entries)
+    except OSError:
+        return 0
+    if entry is None or not 0 < entry[1] < log_size:
+        return 0
+    try:
+        batch = read_batch_header(read, log_size, entry[1])
+    except SegmentCorrupt:
+        return 0
+    return entry[1] if batch is not None and crc_matches(read, batch) else 0
+
+
+def read_segment_tail(log_path: Path, base_offset: int) -> SegmentTail:
+    with open(log_path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        reader = WindowReader(fd)
+        index_path = log_path.with_name(layout.index_file_name(base_offset))
+        start = index_start_position(index_path, reader.read, size)
+        try:
+            return walk_segment(reader.read, size, base_offset, start)
+        except SegmentCorrupt as exc:
+            raise SegmentCorrupt(f"segment {log_path.name}: {exc}") from None
+
+
+@dataclass
+class ReplicaFiles:
+    """What one partition directory holds, as read this cycle. ``errors`` says what could not be read."""
+
+    topic_id: str | None = None
+    epoch_lineage: list[EpochEntry] = field(default_factory=list)
+    tail: SegmentTail | None = None
+    first_segment_base_offset: int | None = None
+    size_bytes: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def read_replica_dir(path: Path) -> ReplicaFiles:
+    """Read one replica's directory; a file that cannot be read or parsed adds to ``errors``, the others are
+    still read. A segment deleted under our feet (retention, roll) makes one more attempt."""
+    try:
+        return _read_replica_dir(path)
+    except FileNotFoundError:
+        return _read_replica_dir(path)
+
+
+def _read_replica_dir(path: Path) -> ReplicaFiles:
+    files = ReplicaFiles()
+    bases = []
+    with os.scandir(path) as entries:
+        for entry in entries:
+            try:
+                files.size_bytes += entry.stat(follow_symlinks=False).st_blocks * 512
+            except FileNotFoundError:
+                continue
+            base = layout.segment_base_offset(entry.name)
+            if base is not None:
+                bases.append(base)
+    try:
+        files.topic_id = read_parsed(path / layout.PARTITION_METADATA, parse_partition_metadata)
+    except (CheckpointError, OSError) as exc:
+        files.errors.append(_describe(exc, layout.PARTITION_METADATA))
+    try:
+        files.epoch_lineage = read_parsed(path / layout.LEADER_EPOCH_CHECKPOINT,
+                                          parse_leader_epoch_checkpoint) or []
+    except (CheckpointError, OSError) as exc:
+        files.errors.append(_describe(exc, layout.LEADER_EPOCH_CHECKPOINT))
+    if not bases:
+        files.errors.append("no log segment (.log file) in the partition directory")
+        return files
+    files.first_segment_base_offset = min(bases)
+    active = max(bases)
+    try:
+        files.tail = read_segment_tail(path / f"{active:020d}{layout.LOG_FILE_SUFFIX}", active)
+    except SegmentCorrupt as exc:
+        files.errors.append(str(exc))
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        files.errors.append(_describe(exc, f"{active:020d}{layout.LOG_FILE_SUFFIX}"))
+    return files
+
+
+def _describe(exc: Exception, name: str) -> str:
+    if isinstance(exc, OSError):
+        return f"cannot read {name}: {exc.strerror or exc}"
+    return str(exc)
