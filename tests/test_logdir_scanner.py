@@ -1,0 +1,189 @@
+"""The log-dir agent's scanner and CLI on log dirs laid out here like Kafka's (no cluster)."""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import threading
+from pathlib import Path
+
+import pytest
+
+from collectors.logdir.checkpoints import parse_leader_epoch_checkpoint
+from collectors.logdir.files import read_parsed
+from collectors.logdir.scanner import ScanContext, scan_log_dir, scan_log_dirs
+from collectors.samples import EpochEntry, parse_sample
+from replmon.cli import main
+from tests.test_logdir_parsers import batch
+
+TOPIC_ID = "mTOJ9eNIQlK7J1Ix-ndbIw"
+CTX = ScanContext(cluster="c1", agent_id="test-agent", cycle=7, sample_time_ms=1_700_000_000_000)
+
+
+def checkpoint(lines: list[str]) -> str:
+    return "0\n" + f"{len(lines)}\n" + "".join(line + "\n" for line in lines)
+
+
+def make_log_dir(root: Path, node_id: int = 2) -> Path:
+    """A broker log dir: meta.properties, root checkpoints, orders-0 (two segments, an index into the active
+    one, 5 bytes of a torn batch at the end), orders-1 (empty active segment), skipped dirs."""
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "meta.properties").write_text(
+        f"#\nnode.id={node_id}\ndirectory.id=AAAAAAAAAAAAAAAAAAAAAA\nversion=1\n")
+    (root / "replication-offset-checkpoint").write_text(checkpoint(["orders 0 118", "orders 1 40"]))
+    (root / "recovery-point-offset-checkpoint").write_text(checkpoint(["orders 0 100", "orders 1 40"]))
+    (root / "log-start-offset-checkpoint").write_text(checkpoint(["orders 1 35"]))
+    p0 = root / "orders-0"
+    p0.mkdir()
+    (p0 / f"{0:020d}.log").write_bytes(batch(0, records=100, leader_epoch=0))
+    active = b"".join(batch(100 + i, records=1, leader_epoch=3, payload=b"y" * 3000) for i in range(4))
+    active += batch(104, records=16, leader_epoch=5) + batch(120, records=1, leader_epoch=5)[:5]
+    (p0 / f"{100:020d}.log").write_bytes(active)
+    position_of_third = 2 * len(batch(100, payload=b"y" * 3000))
+    (p0 / f"{100:020d}.index").write_bytes(struct.pack(">ii", 2, position_of_third) + bytes(8 * 100))
+    (p0 / "leader-epoch-checkpoint").write_text(checkpoint(["0 0", "3 100", "5 104"]))
+    (p0 / "partition.metadata").write_text(f"version: 0\ntopic_id: {TOPIC_ID}\n")
+    p1 = root / "orders-1"
+    p1.mkdir()
+    (p1 / f"{30:020d}.log").write_bytes(batch(30, records=10, leader_epoch=1))
+    (p1 / f"{40:020d}.log").write_bytes(b"")
+    (p1 / "leader-epoch-checkpoint").write_text(checkpoint(["1 30"]))
+    for skipped in ("__cluster_metadata-0", "orders-2.0123456789abcdef0123456789abcdef-delete",
+                    "orders-3.0123456789abcdef0123456789abcdef-future",
+                    "orders-4.0123456789abcdef0123456789abcdef-stray"):
+        (root / skipped).mkdir()
+        (root / skipped / f"{0:020d}.log").write_bytes(batch(0))
+    return root
+
+
+def by_partition(samples):  # type: ignore[no-untyped-def]
+    return {(s.topic, s.partition): s for s in samples}
+
+
+def test_scan_reads_every_replica(tmp_path: Path) -> None:
+    log_dir = make_log_dir(tmp_path / "d1")
+    scan = scan_log_dir(log_dir, CTX)
+    assert scan.error is None and scan.broker_id == 2
+    samples = by_partition(scan.samples)
+    assert set(samples) == {("orders", 0), ("orders", 1)}
+    p0 = samples["orders", 0]
+    assert (p0.log_end_offset, p0.last_batch_leader_epoch) == (120, 5)
+    assert (p0.high_watermark_checkpoint, p0.recovery_point, p0.log_start_offset) == (118, 100, 0)
+    assert p0.epoch_lineage == [EpochEntry(leader_epoch=0, start_offset=0),
+                                EpochEntry(leader_epoch=3, start_offset=100),
+                                EpochEntry(leader_epoch=5, start_offset=104)]
+    assert p0.topic_id == TOPIC_ID and p0.error is None
+    assert p0.size_bytes >= sum(f.stat().st_size for f in (log_dir / "orders-0").glob("*.log"))
+    assert (p0.cluster, p0.agent_id, p0.cycle, p0.broker_id) == ("c1", "test-agent", 7, 2)
+    assert p0.log_dir == str(log_dir)
+    p1 = samples["orders", 1]
+    assert (p1.log_end_offset, p1.last_batch_leader_epoch, p1.log_start_offset) == (40, None, 35)
+    assert p1.topic_id is None and p1.error is None
+
+
+def test_stale_index_entry_falls_back_to_walking_from_the_start(tmp_path: Path) -> None:
+    log_dir = make_log_dir(tmp_path / "d1")
+    index = log_dir / "orders-0" / f"{100:020d}.index"
+    index.write_bytes(struct.pack(">ii", 2, 17) + bytes(8))  # not a batch boundary
+    assert by_partition(scan_log_dir(log_dir, CTX).samples)["orders", 0].log_end_offset == 120
+    index.write_bytes(struct.pack(">ii", 2, 10**9))  # past the end of the log
+    assert by_partition(scan_log_dir(log_dir, CTX).samples)["orders", 0].log_end_offset == 120
+
+
+def test_corrupt_files_mark_only_their_replica(tmp_path: Path) -> None:
+    log_dir = make_log_dir(tmp_path / "d1")
+    (log_dir / "orders-0" / "leader-epoch-checkpoint").write_text("0\n3\n0 0\n3 1")
+    segment = log_dir / "orders-1" / f"{30:020d}.log"
+    (log_dir / "orders-1" / f"{40:020d}.log").unlink()
+    data = bytearray(segment.read_bytes())
+    data[-1] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    samples = by_partition(scan_log_dir(log_dir, CTX).samples)
+    p0, p1 = samples["orders", 0], samples["orders", 1]
+    assert p0.error == "leader-epoch-checkpoint: expected 3 entries, found 2"
+    assert p0.epoch_lineage == [] and p0.log_end_offset == 120
+    assert p1.error is not None and "CRC mismatch" in p1.error
+    assert "segment 00000000000000000030.log" in p1.error
+    assert p1.log_end_offset is None and p1.epoch_lineage == [EpochEntry(leader_epoch=1, start_offset=30)]
+
+
+def test_corrupt_root_checkpoint_is_named_on_each_replica(tmp_path: Path) -> None:
+    log_dir = make_log_dir(tmp_path / "d1")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n2\norders 0 x\n")
+    samples = scan_log_dir(log_dir, CTX).samples
+    assert len(samples) == 2
+    for s in samples:
+        assert s.high_watermark_checkpoint is None and s.recovery_point is not None
+        assert s.error is not None and s.error.startswith("replication-offset-checkpoint: expected 2 entries")
+
+
+def test_unreadable_log_dir_does_not_stop_the_others(tmp_path: Path) -> None:
+    good = make_log_dir(tmp_path / "good", node_id=3)
+    missing = tmp_path / "missing"
+    not_kafka = tmp_path / "empty"
+    not_kafka.mkdir()
+    scans = scan_log_dirs([missing, not_kafka, good], "c1", "a", 0)
+    assert scans[0].error == f"cannot read log dir {missing}: No such file or directory"
+    assert scans[1].error is not None and "no meta.properties" in scans[1].error
+    assert scans[2].error is None and len(scans[2].samples) == 2
+    assert {s.broker_id for s in scans[2].samples} == {3}
+    explicit = scan_log_dirs([not_kafka], "c1", "a", 0, broker_id=9)
+    assert explicit[0].error is None and explicit[0].broker_id == 9 and explicit[0].samples == []
+
+
+def test_checkpoint_replaced_while_read(tmp_path: Path) -> None:
+    """Kafka writes a checkpoint to a .tmp and renames it over the old one; a reader racing it always sees a
+    whole file, old or new."""
+    path = tmp_path / "leader-epoch-checkpoint"
+    versions = [checkpoint([f"{e} {e * 10}" for e in range(n)]) for n in (1, 50, 3, 200)]
+    path.write_text(versions[0])
+    stop = threading.Event()
+
+    def writer() -> None:
+        i = 0
+        while not stop.is_set():
+            tmp = tmp_path / "leader-epoch-checkpoint.tmp"
+            with open(tmp, "w") as f:
+                f.write(versions[i % len(versions)][: len(versions[i % len(versions)]) // 2])
+                f.flush()
+                f.write(versions[i % len(versions)][len(versions[i % len(versions)]) // 2:])
+            os.replace(tmp, path)
+            i += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        lengths = {len(read_parsed(path, parse_leader_epoch_checkpoint) or []) for _ in range(2000)}
+    finally:
+        stop.set()
+        thread.join()
+    assert lengths <= {1, 50, 3, 200} and len(lengths) > 1
+
+
+def test_agent_once_prints_json_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLMON_COLLECTOR__COLLECTOR_ID", "host-x")
+    d1 = make_log_dir(tmp_path / "b1", node_id=1)
+    d2 = make_log_dir(tmp_path / "b2", node_id=2)
+    status = main(["agent", "--log-dir", str(d1), str(d2), str(tmp_path / "gone"), "--once", "--output", "-"])
+    out, err = capsys.readouterr()
+    assert status == 1  # one log dir could not be read
+    assert err.count("cannot read log dir") == 1 and str(tmp_path / "gone") in err
+    samples = [parse_sample(line) for line in out.splitlines()]
+    assert len(samples) == 4
+    assert {(s.broker_id, s.partition) for s in samples} == {(1, 0), (1, 1), (2, 0), (2, 1)}  # type: ignore[union-attr]
+    first = json.loads(out.splitlines()[0])
+    assert first["schema"] == "replica/v1" and first["cluster"] == "local"
+    assert first["agent_id"] == "host-x/logdir-agent"
+
+
+def test_agent_cluster_name_from_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    d1 = make_log_dir(tmp_path / "b1", node_id=1)
+    config = tmp_path / "replmon.yaml"
+    config.write_text("clusters:\n"
+                      "  - name: prod\n    bootstrap_servers: [k1:9092]\n"
+                      f"  - name: dr\n    bootstrap_servers: [k2:9092]\n    log_dirs: {{1: [{d1}]}}\n")
+    assert main(["agent", "--log-dir", str(d1), "--config", str(config), "--once", "--output", "-"]) == 0
+    out, _ = capsys.readouterr()
+    assert {json.loads(line)["cluster"] for line in out.splitlines()} == {"dr"}
