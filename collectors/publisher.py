@@ -117,8 +117,10 @@ def ensure_samples_topic(config: ReplmonConfig) -> None:
                              bootstrap_timeout_ms=10_000,
                              **config.samples_security().kafka_python())
     try:
+        # The replication factor is explicit: in KRaft a -1 takes the controller's default.replication.factor.
+        brokers = len(admin._manager.cluster.brokers()) or 1
         spec = {"num_partitions": transport.topic_partitions,
-                "replication_factor": transport.topic_replication_factor or -1,
+                "replication_factor": transport.topic_replication_factor or min(3, brokers),
                 "configs": {"retention.ms": str(transport.retention_ms),
                             "compression.type": TOPIC_COMPRESSION}}
         try:

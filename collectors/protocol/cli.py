@@ -1,0 +1,69 @@
+"""``replmon collect [--config FILE] [--once] [--output -]``."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+
+from collectors.metrics import CollectorMetrics
+from collectors.protocol.runner import Collector, collector_id
+from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
+from replmon.config import load_config
+from replmon.errors import ReplmonError
+from replmon.targets import with_default_cluster
+
+
+def configure_logging() -> None:
+    """Our messages as one line each on stderr; kafka-python's own chatter only with REPLMON_DEBUG=1."""
+    debug = os.environ.get("REPLMON_DEBUG", "") not in ("", "0")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("replmon: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    logging.getLogger("kafka").setLevel(logging.DEBUG if debug else logging.CRITICAL)
+
+
+def collect(args: argparse.Namespace) -> int:
+    configure_logging()
+    if args.output not in (None, "-"):
+        raise ReplmonError(f"--output takes '-' (JSON lines on stdout), not {args.output!r}")
+    config = with_default_cluster(load_config(args.config))
+    metrics = CollectorMetrics()
+    sink: SampleSink
+    if args.output == "-":
+        sink = JsonLinesOutput()
+    else:
+        sink = SamplePublisher(config, client_id=f"replmon-collector-{collector_id(config)}", metrics=metrics)
+    collector = Collector(config, sink, metrics)
+    server = None
+    try:
+        if args.once:
+            errors = collector.run_once()
+            flushed = sink.flush(timeout_s=max(10.0, config.collector.request_timeout_ms / 1000 * 2))
+            if not flushed:
+                logging.getLogger("replmon.collector").error(
+                    "%d sample(s) not acknowledged by the samples cluster", sink.buffered)
+            if errors:  # each already reported on one line
+                return 2 if len(errors) == len(collector.loops) else 1
+            return 0 if flushed else 1
+        if config.collector.metrics_port:
+            try:
+                server = metrics.serve(config.collector.metrics_host, config.collector.metrics_port)
+            except OSError as exc:
+                raise ReplmonError(f"cannot serve metrics on {config.collector.metrics_host}:"
+                                   f"{config.collector.metrics_port}: {exc.strerror}") from None
+        stop = threading.Event()
+        try:
+            collector.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+            raise
+        return 0
+    finally:
+        if server is not None:
+            server.shutdown()
+        sink.close(timeout_s=5.0)

@@ -1,0 +1,245 @@
+"""The sampler's requests, built from the partition table, and their answers, parsed into plain values. Pure:
+no I/O here (requests are kafka-python message objects or hand-encoded bodies, answers are decoded responses).
+
+Per cycle and cluster (B brokers, P pages of 2000 partitions):
+
+====================================  ===============  ===============================================
+request                               to               gives
+====================================  ===============  ===============================================
+DescribeTopicPartitions (paginated)   one broker       leader, leader epoch, replicas, ISR, ELR, offline
+ListOffsets LATEST read_uncommitted   each leader      high watermark
+ListOffsets LATEST read_committed     each leader      last stable offset
+ListOffsets EARLIEST                  each leader      log start offset
+ListOffsets LATEST replica_id -2      every broker     each replica's own log end offset
+OffsetsForLeaderEpoch                 leaders, when    one step of a lineage walk per partition
+                                      needed
+DescribeConfigs (topics)              one broker,      min.insync.replicas, unclean.leader.election.enable
+                                      every M cycles
+====================================  ===============  ===============================================
+
+A ListOffsets request carries one replica id and one isolation level, and a partition at most once, hence
+four of them; steady cycles cost P + 4B requests (+B for lineage walks, +1 for configs).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.admin.configs import DescribeConfigsRequest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest
+from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest
+from kafka.protocol.metadata import MetadataRequest
+
+from collectors.protocol.lineage import TopicPartition, Walk
+from collectors.protocol.wire import (
+    CONSUMER_REPLICA_ID,
+    DEBUGGING_REPLICA_ID,
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    list_offsets_request,
+)
+
+DESCRIBE_TOPIC_PARTITIONS_KEY = 75
+LIST_OFFSETS_KEY = 2
+PAGE_PARTITION_LIMIT = 2000
+"""Partitions per DescribeTopicPartitions page (the broker caps it with max.request.partition.size.limit)."""
+TOPIC_RESOURCE = 2
+MIN_INSYNC_REPLICAS = "min.insync.replicas"
+UNCLEAN_LEADER_ELECTION = "unclean.leader.election.enable"
+
+# ListOffsets questions: label -> (replica id, isolation level, timestamp)
+HIGH_WATERMARK = "ListOffsets/high_watermark"
+LAST_STABLE_OFFSET = "ListOffsets/last_stable_offset"
+LOG_START_OFFSET = "ListOffsets/log_start_offset"
+LOG_END_OFFSET = "ListOffsets/log_end_offset"
+LEADER_QUESTIONS = {
+    HIGH_WATERMARK: (CONSUMER_REPLICA_ID, READ_UNCOMMITTED, LATEST_TIMESTAMP),
+    LAST_STABLE_OFFSET: (CONSUMER_REPLICA_ID, READ_COMMITTED, LATEST_TIMESTAMP),
+    LOG_START_OFFSET: (CONSUMER_REPLICA_ID, READ_UNCOMMITTED, EARLIEST_TIMESTAMP),
+}
+REPLICA_QUESTION = (DEBUGGING_REPLICA_ID, READ_UNCOMMITTED, LATEST_TIMESTAMP)
+
+
+@dataclass(slots=True)
+class PartitionMeta:
+    """One partition as the metadata answered."""
+
+    topic: str
+    topic_id: str | None
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    elr: list[int] | None
+    last_known_elr: list[int] | None
+    offline_replicas: list[int]
+    error_code: int = 0
+    internal: bool = False
+
+    @property
+    def tp(self) -> TopicPartition:
+        return (self.topic, self.partition)
+
+
+@dataclass
+class TopicMeta:
+    name: str
+    internal: bool
+    error_code: int
+
+
+# ---------------------------------------------------------------------------------------------- metadata
+def describe_topic_partitions_request(cursor: tuple[str, int] | None) -> Any:
+    cursor_field = (DescribeTopicPartitionsRequest.Cursor(topic_name=cursor[0], partition_index=cursor[1])
+                    if cursor else None)
+    return DescribeTopicPartitionsRequest(topics=[], response_partition_limit=PAGE_PARTITION_LIMIT,
+                                          cursor=cursor_field)
+
+
+def _topic_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = str(value)
+    return None if text in ("", "00000000-0000-0000-0000-000000000000") else text
+
+
+def _ids(values: Any) -> list[int] | None:
+    return None if values is None else list(values)
+
+
+def parse_describe_topic_partitions(response: Any) -> tuple[list[TopicMeta], list[PartitionMeta],
+                                                            tuple[str, int] | None]:
+    """Topics, partitions and the cursor of the next page (None on the last page)."""
+    topics, partitions = [], []
+    for t in response.topics:
+        internal = bool(t.is_internal)
+        topics.append(TopicMeta(t.name, internal, t.error_code))
+        topic_id = _topic_id(t.topic_id)
+        for p in t.partitions:
+            partitions.append(PartitionMeta(
+                topic=t.name, topic_id=topic_id, partition=p.partition_index, leader=p.leader_id,
+                leader_epoch=p.leader_epoch, replicas=list(p.replica_nodes), isr=list(p.isr_nodes),
+                elr=list(p.eligible_leader_replicas or []), last_known_elr=list(p.last_known_elr or []),
+                offline_replicas=list(p.offline_replicas or []), error_code=p.error_code, internal=internal))
+    cursor = response.next_cursor
+    return topics, partitions, ((cursor.topic_name, cursor.partition_index) if cursor is not None else None)
+
+
+def metadata_request() -> Any:
+    """Metadata for every topic (brokers older than 3.7, without DescribeTopicPartitions)."""
+    return MetadataRequest(topics=None, allow_auto_topic_creation=False)
+
+
+def parse_metadata(response: Any) -> tuple[list[TopicMeta], list[PartitionMeta]]:
+    topics, partitions = [], []
+    for t in response.topics:
+        internal = bool(getattr(t, "is_internal", False))
+        topics.append(TopicMeta(t.name, internal, t.error_code))
+        topic_id = _topic_id(getattr(t, "topic_id", None))
+        for p in t.partitions:
+            partitions.append(PartitionMeta(
+                topic=t.name, topic_id=topic_id, partition=p.partition_index, leader=p.leader_id,
+                leader_epoch=getattr(p, "leader_epoch", -1), replicas=list(p.replica_nodes),
+                isr=list(p.isr_nodes), elr=None, last_known_elr=None,
+                offline_replicas=list(getattr(p, "offline_replicas", None) or []), error_code=p.error_code,
+                internal=internal))
+    return topics, partitions
+
+
+# ---------------------------------------------------------------------------------------------- offsets
+def group_by_broker(partitions: Iterable[PartitionMeta]) -> tuple[dict[int, dict[str, list[int]]],
+                                                                  dict[int, dict[str, list[int]]]]:
+    """(leader -> topic -> partitions it leads, broker -> topic -> partitions it hosts a replica of)."""
+    leads: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    hosts: dict[int, dict[str, list[int]]] = defaultdict(lambda: defaultdict(list))
+    for p in partitions:
+        if p.leader >= 0:
+            leads[p.leader][p.topic].append(p.partition)
+        for replica in p.replicas:
+            hosts[replica][p.topic].append(p.partition)
+    return leads, hosts
+
+
+def list_offsets_requests(leads: Mapping[int, Mapping[str, list[int]]],
+                          hosts: Mapping[int, Mapping[str, list[int]]], version: int,
+                          timeout_ms: int) -> list[tuple[int, str, Any]]:
+    """(broker, label, request): three to each leader, one (replica id -2) to every broker hosting replicas."""
+    out = []
+    for broker, partitions in sorted(leads.items()):
+        for label, (replica_id, isolation, timestamp) in LEADER_QUESTIONS.items():
+            out.append((broker, label, list_offsets_request(version, replica_id, isolation, timestamp,
+                                                            partitions, label, timeout_ms)))
+    replica_id, isolation, timestamp = REPLICA_QUESTION
+    for broker, partitions in sorted(hosts.items()):
+        out.append((broker, LOG_END_OFFSET, list_offsets_request(version, replica_id, isolation, timestamp,
+                                                                 partitions, LOG_END_OFFSET, timeout_ms)))
+    return out
+
+
+def parse_list_offsets(response: Any) -> dict[TopicPartition, tuple[int, int]]:
+    """(topic, partition) -> (error code, offset)."""
+    out = {}
+    for t in response.topics:
+        name = t.name
+        for p in t.partitions:
+            out[(name, p.partition_index)] = (p.error_code, p.offset)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- lineage
+def offsets_for_leader_epoch_request(questions: Mapping[TopicPartition, Walk]) -> Any:
+    """One step of every walk whose leader this request goes to: ask ``walk.query``, fenced on the leader
+    epoch the walk started in (the leader refuses when its epoch differs)."""
+    topic_cls = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    part_cls = topic_cls.OffsetForLeaderPartition
+    by_topic: dict[str, list[Any]] = defaultdict(list)
+    for (topic, partition), walk in sorted(questions.items()):
+        by_topic[topic].append(part_cls(partition=partition, current_leader_epoch=walk.leader_epoch,
+                                        leader_epoch=walk.query))
+    return OffsetForLeaderEpochRequest(replica_id=CONSUMER_REPLICA_ID,
+                                       topics=[topic_cls(topic=t, partitions=ps) for t, ps in by_topic.items()])
+
+
+def parse_offsets_for_leader_epoch(response: Any) -> dict[TopicPartition, tuple[int, int, int]]:
+    """(topic, partition) -> (error code, leader epoch, end offset)."""
+    out = {}
+    for t in response.topics:
+        for p in t.partitions:
+            out[(t.topic, p.partition)] = (p.error_code, p.leader_epoch, p.end_offset)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- configs
+@dataclass(frozen=True)
+class TopicConfig:
+    min_insync_replicas: int | None = None
+    unclean_leader_election: bool | None = None
+
+
+def describe_configs_request(topics: Iterable[str]) -> Any:
+    resource = DescribeConfigsRequest.DescribeConfigsResource
+    return DescribeConfigsRequest(
+        resources=[resource(resource_type=TOPIC_RESOURCE, resource_name=t,
+                            configuration_keys=[MIN_INSYNC_REPLICAS, UNCLEAN_LEADER_ELECTION])
+                   for t in sorted(topics)],
+        include_synonyms=False, include_documentation=False)
+
+
+def parse_describe_configs(response: Any) -> dict[str, TopicConfig]:
+    out = {}
+    for result in response.results:
+        if result.error_code:
+            continue
+        values = {c.name: c.value for c in result.configs}
+        min_isr = values.get(MIN_INSYNC_REPLICAS)
+        unclean = values.get(UNCLEAN_LEADER_ELECTION)
+        out[result.resource_name] = TopicConfig(
+            min_insync_replicas=int(min_isr) if min_isr and min_isr.isdigit() and int(min_isr) >= 1 else None,
+            unclean_leader_election=None if unclean is None else unclean.strip().lower() == "true")
+    return out

@@ -1,0 +1,288 @@
+"""One cluster's sampler: one cycle = metadata, then every offsets question at once, then samples.
+
+Remembers across cycles: the cycle number, the leader lineages and walks in progress, the topic configs, which
+brokers answered last time (a broker that did not is given only a short grace once the others have answered,
+so a silent broker does not hold every cycle to the full request timeout).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import kafka.errors as Errors
+
+from collectors.metrics import CollectorMetrics
+from collectors.protocol import requests as rq
+from collectors.protocol.assemble import (
+    KAFKA_STORAGE_ERROR,
+    CycleAnswers,
+    error_name,
+    partition_sample,
+)
+from collectors.protocol.client import Call, ClusterClient, Outcome
+from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
+from collectors.protocol.topics import TopicSelector
+from collectors.samples import CycleSample, EpochEntry, PartitionSample, Sample
+from replmon.config import ClusterConfig, CollectorConfig
+from replmon.errors import ReplmonError
+
+log = logging.getLogger(__name__)
+
+LEADER_LABELS = {"high_watermark": rq.HIGH_WATERMARK, "last_stable_offset": rq.LAST_STABLE_OFFSET,
+                 "log_start_offset": rq.LOG_START_OFFSET}
+OFFSETS_FOR_LEADER_EPOCH = "OffsetsForLeaderEpoch"
+DESCRIBE_CONFIGS = "DescribeConfigs"
+DESCRIBE_TOPIC_PARTITIONS = "DescribeTopicPartitions"
+METADATA = "Metadata"
+SILENT_BROKER_GRACE_S = 0.5
+"""How long a broker that did not answer last cycle is waited for once every other broker has answered."""
+UNREACHABLE_ERRORS = (Errors.KafkaConnectionError, Errors.RequestTimedOutError, Errors.KafkaTimeoutError,
+                      Errors.NodeNotReadyError, Errors.UnknownBrokerIdError, ConnectionError, TimeoutError)
+FENCED_OR_UNKNOWN_EPOCH = (74, 75)  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
+
+
+@dataclass
+class CycleResult:
+    samples: list[Sample]
+    cycle: CycleSample
+    lineage_updates: int = 0
+    warnings: list[str] = field(default_factory=list)
+
+
+class ClusterSampler:
+    def __init__(self, cluster: ClusterConfig, collector: CollectorConfig, collector_id: str,
+                 metrics: CollectorMetrics | None = None,
+                 client_factory: Callable[..., ClusterClient] = ClusterClient) -> None:
+        self.cluster = cluster
+        self.config = collector
+        self.collector_id = collector_id
+        self.metrics = metrics
+        self.selector = TopicSelector.from_config(cluster.topics, cluster.name)
+        self.client = client_factory(cluster, collector.request_timeout_ms, f"replmon-{collector_id}",
+                                     on_request=self._count)
+        self.cycle_no = 0
+        self.lineages = LineageBook()
+        self.topic_configs: dict[str, rq.TopicConfig] = {}
+        self.silent: set[int] = set()
+        self.requests_by_label: dict[str, int] = {}
+        self._requests = 0
+        self._metadata_broker: int | None = None
+
+    def _count(self, label: str, broker: int) -> None:
+        self._requests += 1
+        self.requests_by_label[label] = self.requests_by_label.get(label, 0) + 1
+        if self.metrics:
+            self.metrics.requests.labels(cluster=self.cluster.name, api=label.split("/")[0],
+                                         broker=str(broker)).inc()
+
+    def close(self) -> None:
+        self.client.close()
+
+    # ------------------------------------------------------------------ one cycle
+    def cycle(self) -> CycleResult:
+        """Sample every watched partition once. Raises ReplmonError when the cluster cannot be reached at all
+        (bootstrap or metadata); a broker that does not answer only marks its replicas."""
+        started = time.monotonic()
+        sample_time_ms = int(time.time() * 1000)
+        cycle_no = self.cycle_no
+        requests_before = self._requests
+        if not self.client.connected:
+            self.client.connect()
+        topics, metas = self._metadata()
+        warnings = [f"cluster {self.cluster.name}: topic include pattern {p!r} matches no topic"
+                    for p in self.selector.unmatched_includes((t.name, t.internal) for t in topics)]
+        for warning in warnings:
+            log.warning(warning)
+        selected = [m for m in metas if self.selector.wants(m.topic, m.internal)]
+        leads, hosts = rq.group_by_broker(selected)
+        for broker in hosts:
+            if not self.client.knows_broker(broker):
+                self.client.request_metadata_update()
+                break
+
+        calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
+            leads, hosts, self._list_offsets_version(), self.config.request_timeout_ms)]
+        leaders = {m.tp: (m.leader, m.leader_epoch) for m in selected if m.leader >= 0}
+        walks = self.lineages.plan(leaders, full_refresh=cycle_no % self.config.lineage_refresh_cycles == 0)
+        by_leader: dict[int, dict[TopicPartition, Any]] = {}
+        for tp, walk in walks.items():
+            by_leader.setdefault(walk.leader, {})[tp] = walk
+        for leader, questions in sorted(by_leader.items()):
+            calls.append(Call(leader, rq.offsets_for_leader_epoch_request(questions), OFFSETS_FOR_LEADER_EPOCH))
+        topic_names = sorted({m.topic for m in selected})
+        refresh_configs = (cycle_no % self.config.config_refresh_cycles == 0
+                           or any(t not in self.topic_configs for t in topic_names))
+        if refresh_configs and topic_names:
+            calls.append(Call(self._pick_broker(hosts), rq.describe_configs_request(topic_names), DESCRIBE_CONFIGS))
+
+        outcomes = self._send(calls)
+        answers, lineage_answers, configs = self._collect(outcomes)
+        if configs is not None:
+            self.topic_configs = {t: configs.get(t, self.topic_configs.get(t, rq.TopicConfig()))
+                                  for t in topic_names}
+        lineages = self._lineages(walks, lineage_answers, answers)
+
+        samples: list[Sample] = [
+            partition_sample(m, answers, cluster=self.cluster.name, collector_id=self.collector_id,
+                             cycle=cycle_no, sample_time_ms=sample_time_ms,
+                             config=self.topic_configs.get(m.topic), lineage=lineages.get(m.tp),
+                             leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS)
+            for m in selected]
+        brokers = sorted(set(hosts) | set(self.client.broker_ids()))
+        self.silent = set(answers.unreachable)
+        duration = time.monotonic() - started
+        cycle_sample = CycleSample(
+            cluster=self.cluster.name, collector_id=self.collector_id, cycle=cycle_no,
+            sample_time_ms=sample_time_ms, duration_ms=int(duration * 1000), partitions=len(selected),
+            brokers=brokers, unreachable_brokers=sorted(answers.unreachable),
+            requests=self._requests - requests_before)
+        samples.append(cycle_sample)
+        self.cycle_no += 1
+        if self.metrics:
+            name = self.cluster.name
+            self.metrics.cycle_duration.labels(cluster=name).observe(duration)
+            self.metrics.cycles.labels(cluster=name).inc()
+            self.metrics.partitions.labels(cluster=name).set(len(selected))
+            self.metrics.unreachable_brokers.labels(cluster=name).set(len(answers.unreachable))
+        return CycleResult(samples, cycle_sample, lineage_updates=len(lineages), warnings=warnings)
+
+    # ------------------------------------------------------------------ steps
+    def _list_offsets_version(self) -> int:
+        versions = self.client.api_versions(rq.LIST_OFFSETS_KEY)
+        if versions is None:
+            raise ReplmonError(f"cluster {self.cluster.name}: the brokers do not offer ListOffsets")
+        return min(versions[1], 11)
+
+    def _pick_broker(self, hosts: dict[int, Any]) -> int:
+        """A broker that answered last cycle, preferring the one asked for metadata."""
+        candidates = [b for b in self.client.broker_ids() if b not in self.silent] or self.client.broker_ids()
+        if self._metadata_broker in candidates:
+            return self._metadata_broker  # type: ignore[return-value]
+        ready = [b for b in candidates if self.client.connection_ready(b)]
+        return (ready or candidates or sorted(hosts))[0]
+
+    def _metadata(self) -> tuple[list[rq.TopicMeta], list[rq.PartitionMeta]]:
+        """Every topic and partition, from one broker (another one if the first does not answer)."""
+        use_dtp = self.client.api_versions(rq.DESCRIBE_TOPIC_PARTITIONS_KEY) is not None
+        tried: list[str] = []
+        for _attempt in range(2):
+            broker = self._pick_broker({})
+            try:
+                result = self._describe(broker) if use_dtp else self._metadata_from(broker)
+                self._metadata_broker = broker
+                return result
+            except _NoAnswer as exc:
+                tried.append(f"broker {broker}: {exc}")
+                self.silent.add(broker)
+                self._metadata_broker = None
+                if self.metrics:
+                    self.metrics.errors.labels(cluster=self.cluster.name, kind="metadata").inc()
+        raise ReplmonError(f"cluster {self.cluster.name}: no metadata ({'; '.join(tried)})")
+
+    def _describe(self, broker: int) -> tuple[list[rq.TopicMeta], list[rq.PartitionMeta]]:
+        topics: list[rq.TopicMeta] = []
+        partitions: list[rq.PartitionMeta] = []
+        cursor: tuple[str, int] | None = None
+        for _page in range(100_000):
+            outcome = self._send([Call(broker, rq.describe_topic_partitions_request(cursor),
+                                       DESCRIBE_TOPIC_PARTITIONS)])[0]
+            if not outcome.ok:
+                raise _NoAnswer(_describe_error(outcome.error))
+            page_topics, page_partitions, cursor = rq.parse_describe_topic_partitions(outcome.response)
+            known = {t.name for t in topics}
+            topics.extend(t for t in page_topics if t.name not in known)
+            partitions.extend(page_partitions)
+            if cursor is None:
+                break
+        return topics, partitions
+
+    def _metadata_from(self, broker: int) -> tuple[list[rq.TopicMeta], list[rq.PartitionMeta]]:
+        outcome = self._send([Call(broker, rq.metadata_request(), METADATA)])[0]
+        if not outcome.ok:
+            raise _NoAnswer(_describe_error(outcome.error))
+        return rq.parse_metadata(outcome.response)
+
+    def _send(self, calls: list[Call]) -> list[Outcome]:
+        """All calls at once; brokers silent last cycle get a short grace after the others answered."""
+        patient = [c for c in calls if c.broker not in self.silent]
+        hurried = [c for c in calls if c.broker in self.silent]
+        if not hurried:
+            return self.client.send_all(calls)
+        started = time.monotonic()
+        results = self.client.send_all(patient) if patient else []
+        left = self.config.request_timeout_ms / 1000 - (time.monotonic() - started)
+        results += self.client.send_all(hurried, timeout_s=max(0.05, min(SILENT_BROKER_GRACE_S, left)))
+        order = {id(c): i for i, c in enumerate(calls)}
+        return sorted(results, key=lambda o: order[id(o.call)])
+
+    def _collect(self, outcomes: list[Outcome]) -> tuple[CycleAnswers, dict[TopicPartition, tuple[int, int, int]],
+                                                         dict[str, rq.TopicConfig] | None]:
+        answers = CycleAnswers()
+        lineage: dict[TopicPartition, tuple[int, int, int]] = {}
+        configs: dict[str, rq.TopicConfig] | None = None
+        answered: set[int] = set()
+        silent: set[int] = set()
+        targets = {rq.HIGH_WATERMARK: answers.high_watermark, rq.LAST_STABLE_OFFSET: answers.last_stable_offset,
+                   rq.LOG_START_OFFSET: answers.log_start_offset}
+        for outcome in outcomes:
+            call = outcome.call
+            if not outcome.ok:
+                if isinstance(outcome.error, UNREACHABLE_ERRORS):
+                    silent.add(call.broker)
+                else:
+                    answers.failed[(call.broker, call.label)] = _describe_error(outcome.error)
+                if self.metrics:
+                    self.metrics.errors.labels(cluster=self.cluster.name, kind=call.label.split("/")[0]).inc()
+                continue
+            answered.add(call.broker)
+            if call.label in targets:
+                targets[call.label].update(rq.parse_list_offsets(outcome.response))
+            elif call.label == rq.LOG_END_OFFSET:
+                answers.log_end_offset[call.broker] = rq.parse_list_offsets(outcome.response)
+            elif call.label == OFFSETS_FOR_LEADER_EPOCH:
+                lineage.update(rq.parse_offsets_for_leader_epoch(outcome.response))
+            elif call.label == DESCRIBE_CONFIGS:
+                configs = rq.parse_describe_configs(outcome.response)
+        # A broker that answered some requests and timed out on others is reachable but troubled: its
+        # unanswered requests are failures, not an unreachable broker.
+        for outcome in outcomes:
+            if not outcome.ok and outcome.call.broker in answered and outcome.call.broker in silent:
+                answers.failed[(outcome.call.broker, outcome.call.label)] = _describe_error(outcome.error)
+        answers.unreachable = silent - answered
+        return answers, lineage, configs
+
+    def _lineages(self, walks: dict[TopicPartition, Any], lineage_answers: dict[TopicPartition, tuple[int, int, int]],
+                  answers: CycleAnswers) -> dict[TopicPartition, list[EpochEntry]]:
+        log_starts = {tp: (off if code == 0 and off >= 0 else None)
+                      for tp, (code, off) in answers.log_start_offset.items()}
+        done: dict[TopicPartition, list[EpochEntry]] = {}
+        for tp in walks:
+            found = lineage_answers.get(tp)
+            if found is None:
+                continue  # leader silent: ask again next cycle
+            code, epoch, end_offset = found
+            if code:
+                if code in FENCED_OR_UNKNOWN_EPOCH or code != KAFKA_STORAGE_ERROR:
+                    log.debug("lineage walk of %s: %s", tp, error_name(code))
+                self.lineages.abandon(tp)
+                continue
+            finished = self.lineages.answer(tp, epoch, end_offset, log_starts.get(tp))
+            if finished is not None:
+                done[tp] = finished
+        done.update(self.lineages.settle(log_starts))
+        return {tp: clip_to_log_start(lineage, log_starts.get(tp)) for tp, lineage in done.items()}
+
+
+class _NoAnswer(Exception):
+    pass
+
+
+def _describe_error(error: BaseException | None) -> str:
+    if error is None:
+        return "no answer"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
