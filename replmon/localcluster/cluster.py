@@ -165,6 +165,16 @@ def _log_tail(path: Path, lines: int = 15) -> str:
     return "\n".join(text[-lines:])
 
 
+def _log_excerpt(path: Path) -> str:
+    """What explains a node's death: its first ERROR lines with their causes, then the last lines."""
+    try:
+        text = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return "(no log)"
+    first_errors = [line for line in text if " ERROR " in line or line.startswith("Caused by:")][:6]
+    return "\n".join([*first_errors, "...", *text[-5:]]) if first_errors else "\n".join(text[-15:])
+
+
 class LocalCluster:
     """One local cluster, identified by its directory. Use :meth:`up` to start one, :meth:`open` to attach."""
 
@@ -234,7 +244,7 @@ class LocalCluster:
         if cdir.exists() and any(cdir.iterdir()):
             raise ReplmonError(f"{cdir} is not empty and holds no replmon cluster: choose another --dir")
         cdir.mkdir(parents=True, exist_ok=True)
-        ports = set()
+        ports: set[int] = set()
         while len(ports) < brokers + 1:
             ports.add(free_port())
         port_list = sorted(ports)
@@ -416,10 +426,11 @@ class LocalCluster:
         last_error = ""
         while True:
             for node in self.spec.nodes:
-                if node.pid is not None and self._pid_of(node.node_id) is None:
+                watched = node.node_id in wanted or node.role == NodeRole.CONTROLLER
+                if watched and node.pid is not None and self._pid_of(node.node_id) is None:
                     raise ReplmonError(
-                        f"{node.role} {node.node_id} died while starting; last lines of {node.log_file}:\n"
-                        + _log_tail(node.log_file)
+                        f"{node.role} {node.node_id} died while starting; from {node.log_file}:\n"
+                        + _log_excerpt(node.log_file)
                     )
             try:
                 if wanted <= self.registered_brokers():

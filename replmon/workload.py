@@ -1,0 +1,161 @@
+"""Sequenced workload: a producer that keeps writing numbered messages and remembers which were acknowledged
+(and at which offset), and a reader that tells which of them a consumer can still read.
+
+Used by ``replmon demo`` and by the tests. An idle partition never leaves the ISR (a follower that has fetched
+everything is caught up, however long it sleeps), so fault scenarios need a producer that keeps writing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+
+@dataclass
+class Acknowledged:
+    """What the producer knows: sequence number -> (partition, offset) for every acknowledged message."""
+
+    offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    failed: int = 0
+
+    def in_partition(self, partition: int) -> dict[int, int]:
+        return {seq: off for seq, (p, off) in self.offsets.items() if p == partition}
+
+
+class SequencedProducer:
+    """Writes ``seq`` numbers (``b"<seq>"``) to a topic from a background thread until stopped.
+
+    ``acks`` is Kafka's producer setting: "all" (committed when acknowledged, with min.insync.replicas), 1 (the
+    leader alone) or 0. ``pause()``/``resume()`` hold the writing without stopping the thread.
+    """
+
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        topic: str,
+        partition: int | None = 0,
+        acks: int | str = "all",
+        interval_s: float = 0.01,
+        **client: Any,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.interval_s = interval_s
+        self.ack = Acknowledged()
+        self._lock = threading.Lock()
+        self._next = 0
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._producer = KafkaProducer(
+            bootstrap_servers=bootstrap_servers, acks=acks, linger_ms=5, retries=2,
+            request_timeout_ms=5000, delivery_timeout_ms=12000, max_block_ms=5000,
+            client_id=f"replmon-workload-{topic}", **client,
+        )
+        self._thread = threading.Thread(target=self._loop, name=f"producer-{topic}", daemon=True)
+
+    def __enter__(self) -> SequencedProducer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            if not self._running.wait(timeout=0.1):
+                continue
+            self.send_one()
+            self._stop.wait(self.interval_s)
+
+    def send_one(self) -> None:
+        with self._lock:
+            seq = self._next
+            self._next += 1
+        try:
+            future = self._producer.send(self.topic, value=str(seq).encode(), partition=self.partition)
+        except Exception:
+            with self._lock:
+                self.ack.failed += 1
+            return
+        future.add_callback(self._on_ack, seq)
+        future.add_errback(self._on_error)
+
+    def _on_ack(self, seq: int, metadata: Any) -> None:
+        with self._lock:
+            self.ack.offsets[seq] = (metadata.partition, metadata.offset)
+
+    def _on_error(self, _exc: BaseException) -> None:
+        with self._lock:
+            self.ack.failed += 1
+
+    def pause(self) -> None:
+        self._running.clear()
+        self.flush()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def flush(self, timeout_s: float = 15.0) -> None:
+        with contextlib.suppress(Exception):
+            self._producer.flush(timeout=timeout_s)
+
+    def acknowledged(self) -> dict[int, tuple[int, int]]:
+        with self._lock:
+            return dict(self.ack.offsets)
+
+    @property
+    def sent(self) -> int:
+        return self._next
+
+    def wait_acknowledged(self, count: int, timeout_s: float = 30.0) -> None:
+        """Wait until at least ``count`` more messages than now are acknowledged."""
+        target = len(self.acknowledged()) + count
+        deadline = time.monotonic() + timeout_s
+        while len(self.acknowledged()) < target:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"only {len(self.acknowledged())} of {target} messages acknowledged "
+                                   f"after {timeout_s}s")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._running.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        with contextlib.suppress(Exception):
+            self._producer.close(timeout=5)
+
+
+def readable_sequences(
+    bootstrap_servers: str, topic: str, partitions: Iterable[int] = (0,), timeout_s: float = 30.0, **client: Any
+) -> dict[int, tuple[int, int]]:
+    """Every message a consumer can read now (from the log start to the high watermark): seq ->
+    (partition, offset)."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=1000, request_timeout_ms=10000, **client)
+    try:
+        tps = [TopicPartition(topic, p) for p in partitions]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        found: dict[int, tuple[int, int]] = {}
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read {topic} up to {end} within {timeout_s}s")
+            for tp, records in consumer.poll(timeout_ms=500).items():
+                for rec in records:
+                    found[int(rec.value)] = (tp.partition, rec.offset)
+        return found
+    finally:
+        consumer.close()

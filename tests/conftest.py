@@ -1,0 +1,74 @@
+"""Fixtures shared by the whole suite: the real local Kafka cluster, Kafka's own view, workloads."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+# Tests never touch the user's own clusters or state; the Kafka jar cache stays shared (no re-download).
+os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test-state-"))
+
+from replmon.localcluster import LocalCluster
+from replmon.workload import SequencedProducer
+from tests.kafka_view import KafkaView
+
+_topic_ids = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A private base temp dir per run: pytest's default rotation deletes the older runs' dirs, which would
+    pull the cluster's storage from under a concurrent run on the same machine."""
+    if config.option.basetemp is None:
+        config.option.basetemp = tempfile.mkdtemp(prefix="replmon-pytest-")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One 3-broker cluster for the session; its JVMs die with the test process even if it crashes."""
+    local = LocalCluster.up(tmp_path_factory.mktemp("cluster"), brokers=3, die_with_parent=True)
+    try:
+        yield local
+    finally:
+        local.down(purge=True)
+
+
+@pytest.fixture
+def healthy_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
+    """The session cluster with every broker running, before and after the test (fault tests use it)."""
+    cluster.heal()
+    yield cluster
+    cluster.heal()
+
+
+@pytest.fixture(scope="session")
+def kafka_view(cluster: LocalCluster) -> Iterator[KafkaView]:
+    view = KafkaView(cluster.bootstrap_servers)
+    yield view
+    view.close()
+
+
+@pytest.fixture
+def topic_name(request: pytest.FixtureRequest) -> str:
+    """A fresh topic name per test (topics are never reused between tests)."""
+    base = "".join(c if c.isalnum() else "-" for c in request.node.name)[:80]
+    return f"t{next(_topic_ids)}-{base}"
+
+
+@pytest.fixture
+def producer_factory(cluster: LocalCluster) -> Iterator[Callable[..., SequencedProducer]]:
+    made: list[SequencedProducer] = []
+
+    def make(topic: str, **kwargs: Any) -> SequencedProducer:
+        producer = SequencedProducer(cluster.bootstrap_servers, topic, **kwargs)
+        producer.start()
+        made.append(producer)
+        return producer
+
+    yield make
+    for producer in made:
+        producer.close()

@@ -1,0 +1,107 @@
+"""Kafka's own view of a partition, read with kafka-python's admin client: the oracle the tests compare
+replmon against (never replmon's code)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kafka import TopicPartition
+from kafka.admin import KafkaAdminClient
+from kafka.protocol.consumer.offsets import OffsetSpec
+
+T = TypeVar("T")
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
+    """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
+    deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+            last = value
+        except Exception as exc:  # not yet: leaders move, brokers restart
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval_s)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    leader: int
+    leader_epoch: int
+    replicas: list[int]
+    isr: list[int]
+    elr: list[int]
+
+
+class KafkaView:
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._admin: KafkaAdminClient | None = None
+
+    @property
+    def admin(self) -> KafkaAdminClient:
+        if self._admin is None:
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000,
+                                           client_id="replmon-test-oracle")
+        return self._admin
+
+    def reconnect(self) -> None:
+        """Drop the admin client; the next call makes a fresh one (after every broker was down, the old one
+        may not find its way back)."""
+        admin, self._admin = self._admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def close(self) -> None:
+        self.reconnect()
+
+    def _describe(self, topic: str) -> dict[str, Any]:
+        try:
+            return self.admin.describe_topic_partitions([topic])  # type: ignore[no-any-return]
+        except Exception:
+            self.reconnect()
+            raise
+
+    def partition(self, topic: str, partition: int = 0) -> PartitionView:
+        result = self._describe(topic)
+        for t in result["topics"]:
+            for p in t["partitions"]:
+                if p["partition_index"] == partition:
+                    return PartitionView(
+                        leader=p["leader_id"], leader_epoch=p["leader_epoch"],
+                        replicas=list(p["replica_nodes"]), isr=list(p["isr_nodes"]),
+                        elr=list(p.get("eligible_leader_replicas") or []),
+                    )
+        raise LookupError(f"{topic}-{partition} not in metadata")
+
+    def high_watermark(self, topic: str, partition: int = 0) -> int:
+        tp = TopicPartition(topic, partition)
+        try:
+            return int(self.admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset)
+        except Exception:
+            self.reconnect()
+            raise
+
+    def create_topic(self, name: str, assignment: dict[int, list[int]] | None = None, partitions: int = 1,
+                     replication_factor: int = 3, configs: dict[str, str] | None = None) -> None:
+        spec: dict[str, Any] = {"configs": configs or {}}
+        if assignment:
+            spec["assignments"] = assignment
+        else:
+            spec["num_partitions"] = partitions
+            spec["replication_factor"] = replication_factor
+        self.admin.create_topics({name: spec}, timeout_ms=15000)
+        count = len(assignment) if assignment else partitions
+        wait_until(lambda: all(self.partition(name, p).leader >= 0 for p in range(count)), 30,
+                   f"leaders for {name}")

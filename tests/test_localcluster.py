@@ -1,0 +1,247 @@
+"""The local cluster itself: lifecycle through the CLI, its error messages, and the replication faults it can
+cause, each checked against Kafka's own metadata (tests.kafka_view), never against replmon."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from replmon.localcluster import LocalCluster
+from replmon.localcluster.cluster import cluster_pids
+from replmon.localcluster.properties import BROKER_DEFAULTS
+from replmon.workload import readable_sequences
+from tests.kafka_view import KafkaView, wait_until
+
+REPLMON = [sys.executable, "-m", "replmon.cli"]
+LAG_MAX_S = int(BROKER_DEFAULTS["replica.lag.time.max.ms"]) / 1000
+
+
+def replmon(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*REPLMON, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+def no_process_of(cluster_dir: Path) -> bool:
+    return not cluster_pids(cluster_dir.resolve())
+
+
+# ---------------------------------------------------------------------------------------------- lifecycle
+@pytest.mark.cluster
+def test_up_status_down_through_the_cli(tmp_path: Path) -> None:
+    cdir = tmp_path / "c"
+    up = replmon("cluster", "up", "--brokers", "1", "--dir", str(cdir))
+    assert up.returncode == 0, up.stderr
+    bootstrap = up.stdout.strip()
+    assert bootstrap.startswith("127.0.0.1:")
+
+    status = replmon("cluster", "status", "--dir", str(cdir))
+    assert status.returncode == 0, status.stderr
+    rows = [line for line in status.stdout.splitlines() if "running" in line]
+    assert len(rows) == 2  # the controller and the one broker
+    assert bootstrap in status.stdout
+
+    # a second process sees the cluster and can use it
+    view = KafkaView(bootstrap)
+    try:
+        assert view.admin.describe_cluster()["brokers"][0]["broker_id"] == 1
+    finally:
+        view.close()
+
+    pids = cluster_pids(cdir.resolve())
+    assert len(pids) == 2
+    down = replmon("cluster", "down", "--dir", str(cdir))
+    assert down.returncode == 0, down.stderr
+    assert no_process_of(cdir)
+    assert all(not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text() for pid in pids)
+
+    again = replmon("cluster", "down", "--dir", str(cdir))
+    assert again.returncode != 0
+    assert "not running" in again.stderr and len(again.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.cluster
+def test_a_node_dying_at_start_shows_its_log_and_leaves_nothing_running(tmp_path: Path) -> None:
+    cdir = tmp_path / "c"
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        listener = f"PLAINTEXT://127.0.0.1:{port}"
+        up = replmon("cluster", "up", "--brokers", "1", "--dir", str(cdir),
+                     "--set", f"listeners={listener}", "--set", f"advertised.listeners={listener}")
+    assert up.returncode == 2
+    assert "broker 1 died while starting" in up.stderr
+    assert "Address already in use" in up.stderr or "BindException" in up.stderr  # the tail of its log
+    assert no_process_of(cdir)
+
+
+@pytest.mark.cluster
+def test_no_jvm_survives_a_crashed_owner(tmp_path: Path) -> None:
+    """A test process that dies (SIGKILL) takes its cluster with it."""
+    cdir = tmp_path / "c"
+    script = (
+        "import os, signal, sys\n"
+        "from replmon.localcluster import LocalCluster\n"
+        f"LocalCluster.up({str(cdir)!r}, brokers=1, die_with_parent=True)\n"
+        "print('up', flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240)
+    assert proc.stdout.strip() == "up", proc.stderr
+    assert proc.returncode == -signal.SIGKILL
+    wait_until(lambda: no_process_of(cdir), 15, "the cluster's JVMs to die with their owner")
+
+
+def _bin_with(tmp_path: Path, *tools: str) -> str:
+    """A PATH holding only the named tools (and the basics a shell needs)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in tools:
+        real = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        assert real, f"{tool} must be installed for this test"
+        (bindir / tool).symlink_to(real)
+    return str(bindir)
+
+
+def test_missing_java_is_one_clear_error(tmp_path: Path) -> None:
+    env = {"PATH": _bin_with(tmp_path), "JAVA_HOME": ""}
+    out = replmon("cluster", "up", "--dir", str(tmp_path / "c"), env=env)
+    assert out.returncode == 2
+    assert out.stderr.strip().startswith("replmon: Java not found")
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_missing_maven_with_nothing_cached_is_one_clear_error(tmp_path: Path) -> None:
+    env = {"PATH": _bin_with(tmp_path, "java"), "REPLMON_CACHE_DIR": str(tmp_path / "cache")}
+    out = replmon("cluster", "up", "--dir", str(tmp_path / "c"), env=env)
+    assert out.returncode == 2
+    assert "Maven (mvn) not found" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert no_process_of(tmp_path / "c")
+
+
+def test_unreachable_maven_central_with_nothing_cached_is_one_clear_error(tmp_path: Path) -> None:
+    env = {
+        "REPLMON_CACHE_DIR": str(tmp_path / "cache"),
+        "REPLMON_MAVEN_REPOSITORY": "http://127.0.0.1:9/maven2",  # nothing listens on the discard port
+        "MAVEN_OPTS": f"-Dmaven.repo.local={tmp_path / 'm2'}",  # and nothing in Maven's own cache
+    }
+    out = replmon("cluster", "up", "--dir", str(tmp_path / "c"), env=env)
+    assert out.returncode == 2
+    assert "cannot download Apache Kafka" in out.stderr
+    assert "127.0.0.1:9" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "cache" / "kafka-4.3.1" / "complete").exists()
+
+
+def test_cluster_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
+    for args in (["down"], ["status"], ["fault", "pause", "1"]):
+        out = replmon("cluster", *args, "--dir", str(tmp_path / "none"))
+        assert out.returncode == 2, args
+        assert "no local cluster in" in out.stderr, args
+
+
+# ---------------------------------------------------------------------------------------------- replication
+@pytest.mark.cluster
+def test_rf3_topic_produce_and_consume(cluster: LocalCluster, kafka_view: KafkaView, topic_name: str,
+                                       producer_factory) -> None:  # type: ignore[no-untyped-def]
+    kafka_view.create_topic(topic_name, partitions=2, replication_factor=3)
+    for p in (0, 1):
+        assert sorted(kafka_view.partition(topic_name, p).replicas) == cluster.broker_ids
+    producer = producer_factory(topic_name, partition=None)
+    producer.wait_acknowledged(200)
+    producer.pause()
+    acked = producer.acknowledged()
+    read = readable_sequences(cluster.bootstrap_servers, topic_name, partitions=(0, 1))
+    assert set(acked) <= set(read)
+    assert all(read[seq] == where for seq, where in acked.items())
+
+
+@pytest.mark.cluster
+def test_paused_follower_leaves_the_isr_and_returns_on_resume(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    producer = producer_factory(topic_name)
+    producer.wait_acknowledged(50)
+    wait_until(lambda: len(kafka_view.partition(topic_name).isr) == 3, 30, "a full ISR")
+
+    healthy_cluster.pause(3)
+    paused_at = time.monotonic()
+    wait_until(lambda: 3 not in kafka_view.partition(topic_name).isr, 2 * LAG_MAX_S,
+               "broker 3 to leave the ISR within 2 x replica.lag.time.max.ms")
+    assert time.monotonic() - paused_at <= 2 * LAG_MAX_S + 1
+    assert kafka_view.partition(topic_name).leader == 1
+
+    healthy_cluster.resume(3)
+    wait_until(lambda: sorted(kafka_view.partition(topic_name).isr) == [1, 2, 3], 60,
+               "broker 3 to rejoin the ISR after resume")
+
+
+@pytest.mark.cluster
+def test_killed_leader_is_replaced_with_the_next_leader_epoch(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, assignment={0: [2, 3, 1]})
+    producer = producer_factory(topic_name)
+    producer.wait_acknowledged(50)
+    before = kafka_view.partition(topic_name)
+    assert before.leader == 2
+
+    healthy_cluster.kill(2)
+    after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader not in (2, -1) and v,
+                       30, "a new leader after the kill")
+    assert after.leader in (1, 3)
+    assert after.leader_epoch == before.leader_epoch + 1
+    assert 2 not in after.isr
+    producer.wait_acknowledged(20)  # the new leader takes writes
+
+
+@pytest.mark.cluster
+def test_unclean_election_loses_acknowledged_messages(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    """Followers stopped, acks=1 writes to the lone leader, leader killed, a stale follower made leader: it
+    was outside the ISR, and what only the old leader held is gone."""
+    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
+    producer = producer_factory(topic_name, acks=1)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    replicated = producer.acknowledged()  # on all three replicas once the HW covers them with a full ISR
+    last_offset = max(offset for _, offset in replicated.values())
+    wait_until(lambda: kafka_view.high_watermark(topic_name) == last_offset + 1
+               and len(kafka_view.partition(topic_name).isr) == 3, 30, "every replica to hold every message")
+
+    healthy_cluster.stop(2)
+    healthy_cluster.stop(3)
+    wait_until(lambda: kafka_view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
+    producer.resume()
+    producer.wait_acknowledged(100)  # acknowledged by broker 1 alone
+    producer.pause()
+    acknowledged = producer.acknowledged()
+    only_on_leader = set(acknowledged) - set(replicated)
+    assert len(only_on_leader) >= 100
+    readable_before = readable_sequences(healthy_cluster.bootstrap_servers, topic_name)
+    assert set(acknowledged) <= set(readable_before)  # committed: min.insync.replicas=1 lets the HW advance
+    former = kafka_view.partition(topic_name)
+
+    healthy_cluster.kill(1)
+    healthy_cluster.start(2)  # a stale follower: not in the ISR, so no clean election can pick it
+    wait_until(lambda: kafka_view.partition(topic_name).leader == -1, 30, "the partition to go offline")
+    healthy_cluster.elect_unclean(topic_name, 0)
+    after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader == 2 and v, 30,
+                       "broker 2 to become leader by unclean election")
+    assert 2 not in former.isr and 2 not in former.elr
+    assert after.leader_epoch > former.leader_epoch
+
+    readable_after = readable_sequences(healthy_cluster.bootstrap_servers, topic_name)
+    lost = set(acknowledged) - set(readable_after)
+    assert lost == only_on_leader, "exactly what only the old leader held is lost"
+    assert set(readable_after) == set(replicated)
