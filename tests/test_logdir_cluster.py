@@ -1,0 +1,158 @@
+"""The log-dir agent on the real local cluster: what it reads from disk is checked against Kafka's own view
+(tests/kafka_view.py), including for brokers that are down."""
+
+from __future__ import annotations
+
+import pytest
+
+from collectors.logdir.scanner import ScanContext, scan_log_dir
+from collectors.samples import EpochEntry, ReplicaSample
+from replmon.localcluster import LocalCluster, NodeState
+from tests.kafka_view import KafkaView, wait_until
+
+pytestmark = pytest.mark.cluster
+CTX = ScanContext(cluster="local", agent_id="test", cycle=0, sample_time_ms=0)
+
+
+def replica(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> ReplicaSample:
+    """The agent's sample of one replica, read from the broker's log dir now."""
+    scan = scan_log_dir(cluster.broker_log_dir(broker_id), CTX)
+    assert scan.error is None and scan.broker_id == broker_id
+    found = [s for s in scan.samples if (s.topic, s.partition) == (topic, partition)]
+    assert len(found) == 1, f"{topic}-{partition} not on broker {broker_id}"
+    return found[0]
+
+
+def leos(cluster: LocalCluster, topic: str) -> list[int | None]:
+    return [replica(cluster, b, topic).log_end_offset for b in cluster.broker_ids]
+
+
+def caught_up(cluster: LocalCluster, view: KafkaView, topic: str) -> int:
+    """The high watermark, once the ISR is full and every replica's LEO on disk equals it (else 0)."""
+    hw = view.high_watermark(topic)
+    if len(view.partition(topic).isr) == 3 and leos(cluster, topic) == [hw] * 3:
+        return hw
+    return 0
+
+
+def test_leo_of_every_replica_matches_the_high_watermark(
+    cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, replication_factor=3)
+    producer = producer_factory(topic_name)
+    producer.wait_acknowledged(300)
+    for b in cluster.broker_ids:  # read while the producer appends: never an error, never past Kafka's LEO
+        sample = replica(cluster, b, topic_name)
+        assert sample.error is None and sample.log_end_offset is not None
+    producer.pause()
+    last_acked = max(offset for _, offset in producer.acknowledged().values())
+    hw = wait_until(lambda: caught_up(cluster, kafka_view, topic_name), 30, "every replica at the HW")
+    assert hw == last_acked + 1
+    view = kafka_view.partition(topic_name)
+    for b in cluster.broker_ids:
+        sample = replica(cluster, b, topic_name)
+        assert sample.last_batch_leader_epoch == view.leader_epoch
+        assert sample.epoch_lineage[-1].leader_epoch == view.leader_epoch
+        assert sample.topic_id is not None and sample.size_bytes > 0 and sample.error is None
+    # the leader checkpoints its high watermark every replica.high.watermark.checkpoint.interval.ms (5 s)
+    wait_until(lambda: replica(cluster, view.leader, topic_name).high_watermark_checkpoint == hw, 20,
+               "the checkpointed high watermark to reach the high watermark")
+
+
+def test_reads_a_stopped_brokers_log_dir(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    producer = producer_factory(topic_name)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    hw_at_stop = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
+    lineage_at_stop = replica(healthy_cluster, 3, topic_name).epoch_lineage
+
+    healthy_cluster.stop(3)
+    producer.resume()
+    producer.wait_acknowledged(100)
+    producer.pause()
+    hw_now = kafka_view.high_watermark(topic_name)
+    assert hw_now > hw_at_stop
+    assert healthy_cluster.node_state(3) == NodeState.STOPPED
+    stopped = replica(healthy_cluster, 3, topic_name)
+    assert stopped.error is None
+    assert stopped.log_end_offset == hw_at_stop
+    assert stopped.epoch_lineage == lineage_at_stop and stopped.epoch_lineage
+    # a follower learns the HW one fetch late; its shutdown checkpoints what it knew
+    assert 0 < (stopped.high_watermark_checkpoint or 0) <= hw_at_stop
+    assert replica(healthy_cluster, 1, topic_name).log_end_offset == hw_now
+
+
+def test_new_leader_lineage_after_a_leader_kill(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, assignment={0: [2, 3, 1]})
+    producer = producer_factory(topic_name)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    hw_at_election = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
+    before = kafka_view.partition(topic_name)
+    assert before.leader == 2
+
+    healthy_cluster.kill(2)
+    after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader not in (2, -1) and v, 30,
+                       "a new leader after the kill")
+    producer.resume()
+    producer.wait_acknowledged(50)
+    producer.pause()
+    new_leader = replica(healthy_cluster, after.leader, topic_name)
+    new_entry = EpochEntry(leader_epoch=after.leader_epoch, start_offset=hw_at_election)
+    assert new_entry in new_leader.epoch_lineage
+    assert new_leader.epoch_lineage[-1].leader_epoch == after.leader_epoch
+    assert new_leader.last_batch_leader_epoch == after.leader_epoch
+    killed = replica(healthy_cluster, 2, topic_name)  # the dead leader's log, read from disk
+    assert killed.log_end_offset == hw_at_election
+    assert killed.last_batch_leader_epoch == before.leader_epoch
+    assert all(e.leader_epoch <= before.leader_epoch for e in killed.epoch_lineage)
+
+
+def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+) -> None:
+    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
+    producer = producer_factory(topic_name, acks=1)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    replicated_to = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
+    healthy_cluster.stop(2)
+    healthy_cluster.stop(3)
+    wait_until(lambda: kafka_view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
+    producer.resume()
+    producer.wait_acknowledged(100)  # on broker 1 alone
+    producer.pause()
+    old_hw = kafka_view.high_watermark(topic_name)
+    former = kafka_view.partition(topic_name)
+    assert old_hw >= replicated_to + 100
+
+    healthy_cluster.kill(1)
+    healthy_cluster.start(2)
+    # clients that saw every broker die may not find the cluster again: fresh ones for the rest
+    view = KafkaView(healthy_cluster.bootstrap_servers)
+    try:
+        wait_until(lambda: view.partition(topic_name).leader == -1, 30, "the partition to go offline")
+        healthy_cluster.elect_unclean(topic_name, 0)
+        after = wait_until(lambda: (v := view.partition(topic_name)).leader == 2 and v, 30,
+                           "broker 2 to become leader by unclean election")
+    finally:
+        view.close()
+    # the new leader writes new messages at offsets where the old leader holds others
+    producer_factory(topic_name, acks=1).wait_acknowledged(20)
+
+    assert healthy_cluster.node_state(1) == NodeState.STOPPED  # before the old leader restarts
+    old = replica(healthy_cluster, 1, topic_name)
+    new = replica(healthy_cluster, 2, topic_name)
+    assert old.log_end_offset == old_hw and old.last_batch_leader_epoch == former.leader_epoch
+    assert EpochEntry(leader_epoch=after.leader_epoch, start_offset=replicated_to) in new.epoch_lineage
+    assert after.leader_epoch not in {e.leader_epoch for e in old.epoch_lineage}
+    # where the new lineage says the old leader's last epoch ended, the old leader's log goes on: divergence
+    old_last_epoch = old.epoch_lineage[-1].leader_epoch
+    new_end_of_it = min(e.start_offset for e in new.epoch_lineage if e.leader_epoch > old_last_epoch)
+    assert new_end_of_it == replicated_to < old.log_end_offset
+    assert (old.log_end_offset or 0) - new_end_of_it >= 100  # offsets held by the old leader alone
