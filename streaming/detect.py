@@ -1,0 +1,727 @@
+"""The detection logic of the streaming job: pure functions from (state, sample) to (state, events, metrics).
+
+No Spark and no I/O here. The Spark job keeps one :class:`~streaming.state.PartitionState` per partition and
+calls :func:`step` for every PartitionSample, :func:`step_replica` for every ReplicaSample of the log-dir
+agents and :func:`expire` for partitions that got no sample in a micro-batch.
+
+Samples come as the pydantic models of :mod:`collectors.samples` or, on the hot path, as plain dicts with the
+same field names holding Python ints/strs/lists/None (``replica_offsets`` a list of dicts ``{broker_id,
+log_end_offset, error}``, ``epoch_lineage`` a list of dicts ``{leader_epoch, start_offset}`` or None).
+
+Samples of one partition are ordered by ``(sample_time_ms, cycle)``: one that is not newer than the state is a
+duplicate or arrived out of order and is ignored, so replaying a micro-batch emits nothing twice. Event ids
+derive from the triggering sample, never from the clock, so a replay that does emit yields the same ids.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from collectors.samples import PartitionSample, ReplicaSample
+from streaming.events import Event, EventType, Severity, event_id
+from streaming.state import NO_SAMPLE, ElectionBasis, Lineage, PartitionMeta, PartitionState, ReplicaLog
+
+if TYPE_CHECKING:
+    from replmon.config import StreamConfig
+
+__all__ = [
+    "DetectConfig",
+    "Health",
+    "PartitionMetrics",
+    "PartitionState",
+    "expire",
+    "metrics_of",
+    "step",
+    "step_dict",
+    "step_replica",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DetectConfig:
+    stale_after_ms: int = 30_000
+    hw_stalled_after_ms: int = 30_000
+    flapping_window_ms: int = 300_000
+    flapping_threshold: int = 4
+    """ISR_FLAPPING when more than this many ISR shrinks + expands fall within ``flapping_window_ms``."""
+
+    @classmethod
+    def from_stream_config(cls, stream: StreamConfig) -> DetectConfig:
+        return cls(
+            stale_after_ms=round(stream.stale_after_s * 1000),
+            hw_stalled_after_ms=round(stream.hw_stalled_after_s * 1000),
+            flapping_window_ms=round(stream.flapping_window_s * 1000),
+            flapping_threshold=stream.flapping_threshold,
+        )
+
+
+class Health(IntEnum):
+    """Rank for the per-partition series budget: sort ascending, unhealthy first."""
+
+    OFFLINE = 0
+    UNDER_MIN_ISR = 1
+    UNDER_REPLICATED = 2
+    AT_MIN_ISR = 3
+    LAGGING = 4
+    HEALTHY = 5
+
+
+class PartitionMetrics(NamedTuple):
+    """Derived from a partition's newest sample. Lags are in messages and clamped at 0: HW and LEOs come
+    from different requests, so a little skew between them is normal."""
+
+    cluster: str
+    topic: str
+    partition: int
+    sample_time_ms: int
+    leader: int
+    leader_epoch: int
+    replica_count: int
+    isr_size: int
+    min_insync_replicas: int | None
+    offline: bool
+    under_replicated: bool
+    under_min_isr: bool
+    at_min_isr: bool
+    high_watermark: int | None
+    log_end_offset: int | None
+    """The leader's LEO."""
+    log_start_offset: int | None
+    hw_lag: int | None
+    """max(0, leader LEO - HW); None when either is unknown."""
+    follower_lag: dict[int, int | None]
+    """Follower broker -> max(0, leader LEO - its LEO); None when either LEO is unknown."""
+    max_follower_lag: int | None
+    health: Health
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Public entry points
+
+
+def step(
+    prev: PartitionState | None,
+    sample: PartitionSample | Mapping[str, Any],
+    cfg: DetectConfig,
+    now_ms: int | None = None,
+) -> tuple[PartitionState, list[Event], PartitionMetrics]:
+    """Apply one PartitionSample. ``now_ms`` is the job's clock (staleness, ``detected_time_ms``); it
+    defaults to the sample time. An ignored (duplicate or out-of-order) sample returns ``prev`` itself."""
+    if isinstance(sample, PartitionSample):
+        sample = sample.model_dump()
+    return step_dict(prev, sample, cfg, now_ms)
+
+
+def step_dict(
+    prev: PartitionState | None, s: Mapping[str, Any], cfg: DetectConfig, now_ms: int | None = None
+) -> tuple[PartitionState, list[Event], PartitionMetrics]:
+    """:func:`step` for a sample given as a dict (the hot path)."""
+    t: int = s["sample_time_ms"]
+    cycle: int = s["cycle"]
+    if prev is not None and (t < prev.sample_time_ms or (t == prev.sample_time_ms and cycle <= prev.cycle)):
+        return prev, [], metrics_of(prev)
+    topic_id = s.get("topic_id")
+    if prev is None or (topic_id is not None and prev.meta.topic_id not in (None, topic_id)):
+        prev = PartitionState.new(s["cluster"], s["topic"], s["partition"], topic_id)  # new or recreated
+    pm = prev.meta
+    st = prev.copy()
+    out = _Emitter(pm, t, cycle, t if now_ms is None else now_ms)
+
+    leos, unread = _read_log_end_offsets(s["replica_offsets"])
+    st.log_end_offsets = leos
+    if unread or len(leos) != len(prev.last_log_end_offsets):
+        st.last_log_end_offsets = {**prev.last_log_end_offsets, **leos}
+    else:
+        st.last_log_end_offsets = leos  # every replica answered: no older reading to keep
+
+    if (
+        s["leader"] != pm.leader
+        or s["leader_epoch"] != pm.leader_epoch
+        or tuple(s["isr"]) != pm.isr
+        or tuple(s["replicas"]) != pm.replicas
+        or _opt_tuple(s.get("elr")) != pm.elr
+        or s.get("min_insync_replicas") not in (None, pm.min_insync_replicas)
+        or pm.epoch_regressed_to is not None
+        or prev.sample_time_ms == NO_SAMPLE
+    ):
+        _apply_metadata(prev, st, s, cfg, out)
+    _check_log_truncation(prev, st, out)
+    _apply_high_watermark(prev, st, s.get("high_watermark"), out)
+    _check_hw_stalled(prev, st, cfg, out)
+    lineage = s.get("epoch_lineage")
+    if lineage is not None:
+        _apply_leader_lineage(st, lineage, out)
+    log_start_offset = s.get("log_start_offset")
+    if log_start_offset is not None:
+        st.log_start_offset = log_start_offset
+
+    st.sample_time_ms = t
+    st.cycle = cycle
+    st.received_ms = out.detected_ms
+    st.stale = False
+    return st, out.events, metrics_of(st)
+
+
+def step_replica(
+    prev: PartitionState | None,
+    sample: ReplicaSample | Mapping[str, Any],
+    cfg: DetectConfig,
+    now_ms: int | None = None,
+) -> tuple[PartitionState, list[Event]]:
+    """Apply one log-dir agent sample: the replica's LEO and lineage on disk, keyed by its broker id.
+
+    Emits LOG_TRUNCATION when that replica's LEO went down since the agent's previous reading and
+    EPOCH_DIVERGENCE when its log disagrees with the leader's. Unusable or not-newer samples are ignored."""
+    r: Mapping[str, Any] = sample.model_dump() if isinstance(sample, ReplicaSample) else sample
+    if prev is None:
+        prev = PartitionState.new(r["cluster"], r["topic"], r["partition"], r.get("topic_id"))
+    broker: int = r["broker_id"]
+    old = prev.meta.replica_logs.get(broker)
+    if not _usable_replica_sample(prev.meta, r, old):
+        return prev, []
+    log = ReplicaLog(
+        sample_time_ms=r["sample_time_ms"],
+        cycle=r["cycle"],
+        log_end_offset=r["log_end_offset"],
+        high_watermark_checkpoint=r.get("high_watermark_checkpoint"),
+        last_batch_leader_epoch=r.get("last_batch_leader_epoch"),
+        epoch_lineage=_lineage(r.get("epoch_lineage") or ()),
+    )
+    st = prev.copy()
+    m = st.meta = prev.meta.copy()
+    m.replica_logs = {**m.replica_logs, broker: log}
+    detected = log.sample_time_ms if now_ms is None else now_ms
+    out = _Emitter(m, log.sample_time_ms, log.cycle, detected, source=f"agent/{broker}")
+    if old is not None and log.log_end_offset < old.log_end_offset:
+        _log_truncation(out, m, broker, old.log_end_offset, log.log_end_offset, "log-dir agent")
+        last = st.last_log_end_offsets.get(broker)
+        if last is not None and last > log.log_end_offset:  # the sampler must not report it a second time
+            st.last_log_end_offsets = {**st.last_log_end_offsets, broker: log.log_end_offset}
+    _check_divergence(m, _followers(m) if broker == m.leader else (broker,), out)
+    return st, out.events
+
+
+def _usable_replica_sample(m: PartitionMeta, r: Mapping[str, Any], old: ReplicaLog | None) -> bool:
+    """False for an agent sample without a LEO, of another incarnation of the topic, of a replica no longer
+    assigned (a leftover of a reassignment) or not newer than the agent's previous reading."""
+    topic_id = r.get("topic_id")
+    if r.get("error") is not None or r.get("log_end_offset") is None:
+        return False
+    if topic_id is not None and m.topic_id is not None and topic_id != m.topic_id:
+        return False
+    if m.replicas and r["broker_id"] not in m.replicas:
+        return False
+    t, cycle = r["sample_time_ms"], r["cycle"]
+    return old is None or t > old.sample_time_ms or (t == old.sample_time_ms and cycle > old.cycle)
+
+
+def expire(state: PartitionState, now_ms: int, cfg: DetectConfig) -> tuple[PartitionState, list[Event]]:
+    """Processing-time timers: STALE once when no PartitionSample arrived for ``cfg.stale_after_ms`` (the next
+    sample clears it). HW_STALLED is judged on sample time by :func:`step`: without samples there is nothing
+    to judge, and the collector's and the job's clocks are never mixed."""
+    silent_ms = now_ms - state.received_ms
+    if state.stale or state.received_ms == NO_SAMPLE or silent_ms <= cfg.stale_after_ms:
+        return state, []
+    st = state.copy()
+    st.stale = True
+    m = st.meta
+    out = _Emitter(m, state.sample_time_ms, state.cycle, now_ms, source="expire")
+    out.emit(
+        EventType.STALE, Severity.WARNING,
+        event_time_ms=now_ms, leader=m.leader, leader_epoch=m.leader_epoch,
+        message=f"no sample of {_name(m)} for {silent_ms / 1000:.0f} s",
+    )  # fmt: skip
+    return st, out.events
+
+
+def metrics_of(st: PartitionState) -> PartitionMetrics:
+    """The metrics of a partition as its state holds it."""
+    m = st.meta
+    leader = m.leader
+    leos = st.log_end_offsets
+    leader_leo = leos.get(leader)
+    follower_lag: dict[int, int | None] = {}
+    max_lag: int | None = None
+    for broker in m.replicas:
+        if broker == leader:
+            continue
+        leo = leos.get(broker)
+        if leo is None or leader_leo is None:
+            follower_lag[broker] = None
+            continue
+        lag = leader_leo - leo if leader_leo > leo else 0
+        follower_lag[broker] = lag
+        if max_lag is None or lag > max_lag:
+            max_lag = lag
+    hw = st.high_watermark
+    hw_lag = None if hw is None or leader_leo is None else (leader_leo - hw if leader_leo > hw else 0)
+    isr_size = len(m.isr)
+    replica_count = len(m.replicas)
+    min_isr = m.min_insync_replicas
+    offline = leader < 0
+    under_replicated = isr_size < replica_count
+    under_min_isr = min_isr is not None and isr_size < min_isr
+    at_min_isr = min_isr is not None and isr_size == min_isr
+    if offline:
+        health = Health.OFFLINE
+    elif under_min_isr:
+        health = Health.UNDER_MIN_ISR
+    elif under_replicated:
+        health = Health.UNDER_REPLICATED
+    elif at_min_isr:
+        health = Health.AT_MIN_ISR
+    elif hw_lag or max_lag:
+        health = Health.LAGGING
+    else:
+        health = Health.HEALTHY
+    return PartitionMetrics(
+        m.cluster, m.topic, m.partition, st.sample_time_ms, leader, m.leader_epoch, replica_count,
+        isr_size, min_isr, offline, under_replicated, under_min_isr, at_min_isr, hw, leader_leo,
+        st.log_start_offset, hw_lag, follower_lag, max_lag, health,
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Event construction
+
+
+class _Emitter:
+    """Collects the events one sample reveals; ids derive from the partition, the sample and the source."""
+
+    __slots__ = ("cycle", "detected_ms", "events", "meta", "source", "time_ms")
+
+    def __init__(self, meta: PartitionMeta, time_ms: int, cycle: int, detected_ms: int, source: str = "") -> None:
+        self.meta = meta  # for the partition's identity only
+        self.time_ms = time_ms
+        self.cycle = cycle
+        self.detected_ms = detected_ms
+        self.source = source
+        self.events: list[Event] = []
+
+    def emit(self, etype: EventType, severity: Severity, *key: object, message: str, **fields: Any) -> None:
+        m = self.meta
+        fields.setdefault("event_time_ms", self.time_ms)
+        eid = event_id(m.cluster, m.topic, m.partition, etype, self.source, self.time_ms, self.cycle, *key)
+        self.events.append(
+            Event(
+                event_id=eid,
+                type=etype,
+                severity=severity,
+                cluster=m.cluster,
+                topic=m.topic,
+                partition=m.partition,
+                detected_time_ms=self.detected_ms,
+                message=message,
+                **fields,
+            )
+        )
+
+
+def _name(m: PartitionMeta) -> str:
+    return f"{m.topic}-{m.partition}"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Reading samples
+
+
+def _read_log_end_offsets(replica_offsets: Iterable[Mapping[str, Any]]) -> tuple[dict[int, int], bool]:
+    """Broker -> LEO of the replicas that answered, and whether any did not."""
+    leos: dict[int, int] = {}
+    unread = False
+    for ro in replica_offsets:
+        leo = ro["log_end_offset"]
+        if leo is None or ro.get("error") is not None:
+            unread = True
+        else:
+            leos[ro["broker_id"]] = leo
+    return leos, unread
+
+
+def _opt_tuple(values: Iterable[int] | None) -> tuple[int, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _ints(values: Iterable[int]) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _lineage(entries: Iterable[Mapping[str, Any]]) -> Lineage:
+    return tuple(sorted((int(e["leader_epoch"]), int(e["start_offset"])) for e in entries))
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Metadata: leader, leader epoch, ISR, ELR, replicas, min.insync.replicas
+
+
+def _apply_metadata(
+    prev: PartitionState, st: PartitionState, s: Mapping[str, Any], cfg: DetectConfig, out: _Emitter
+) -> None:
+    pm = prev.meta
+    m = st.meta = pm.copy()
+    first = prev.sample_time_ms == NO_SAMPLE
+    leader: int = s["leader"]
+    epoch: int = s["leader_epoch"]
+    if not first and epoch < pm.leader_epoch:
+        # Metadata from a broker that has not caught up yet: report it, but keep the newer view, or the next
+        # sample would look like a second leader change.
+        if pm.epoch_regressed_to != epoch:
+            out.emit(
+                EventType.EPOCH_REGRESSION, Severity.CRITICAL, epoch,
+                brokers=[leader] if leader >= 0 else [], leader=leader, leader_epoch=epoch,
+                previous_leader=pm.leader, previous_leader_epoch=pm.leader_epoch,
+                message=f"{_name(m)}: leader epoch went down from {pm.leader_epoch} to {epoch}",
+            )  # fmt: skip
+        m.epoch_regressed_to = epoch
+        return
+    m.epoch_regressed_to = None
+    m.leader = leader
+    m.leader_epoch = epoch
+    m.replicas = _ints(s["replicas"])
+    m.isr = _ints(s["isr"])
+    elr = s.get("elr")
+    m.elr = None if elr is None else _ints(elr)
+    if s.get("min_insync_replicas") is not None:
+        m.min_insync_replicas = s["min_insync_replicas"]
+    if m.replicas != pm.replicas:
+        _forget_removed_replicas(st)
+    leadership_changed = leader != pm.leader or epoch != pm.leader_epoch
+    if first:
+        if leader < 0:
+            _offline_start(st, None, out)
+    else:
+        if leadership_changed:
+            _leadership(prev, st, out)
+        if m.isr != pm.isr:
+            _isr_change(pm, st, cfg, out)
+    _under_min_isr(m, out)
+    if leadership_changed:
+        _check_divergence(m, _followers(m), out)
+
+
+def _forget_removed_replicas(st: PartitionState) -> None:
+    """A broker that leaves the replica set and comes back later starts a new log: no baseline to keep."""
+    m = st.meta
+    keep = set(m.replicas)
+    st.last_log_end_offsets = {b: v for b, v in st.last_log_end_offsets.items() if b in keep}
+    m.replica_logs = {b: v for b, v in m.replica_logs.items() if b in keep}
+    m.diverged = {b: v for b, v in m.diverged.items() if b in keep}
+
+
+def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None:
+    """OFFLINE_START when the leader goes to -1; otherwise LEADER_CHANGE (plus OFFLINE_END coming back)."""
+    pm, m = prev.meta, st.meta
+    if m.leader < 0:
+        if pm.leader >= 0:
+            _offline_start(st, ElectionBasis(pm.leader, pm.leader_epoch, pm.isr, pm.elr), out)
+        return
+    if pm.leader < 0:
+        m.offline = False
+        out.emit(
+            EventType.OFFLINE_END, Severity.INFO,
+            brokers=[m.leader], leader=m.leader, leader_epoch=m.leader_epoch,
+            message=f"{_name(m)} is online again, led by broker {m.leader}",
+        )  # fmt: skip
+        basis = pm.before_offline
+        # While offline the controller keeps the last ISR member (or the ELR): the freshest judge. When it
+        # reports neither, fall back on the partition as last seen online.
+        isr, elr = (pm.isr, pm.elr) if basis is None or pm.isr or pm.elr else (basis.isr, basis.elr)
+        previous_leader = None if basis is None else basis.leader
+        m.before_offline = None
+    else:
+        isr, elr = pm.isr, pm.elr
+        previous_leader = pm.leader
+    if m.leader in isr or (elr is not None and m.leader in elr):
+        clean: bool | None = True
+    elif not isr and elr is None:
+        clean = None  # nothing to judge against
+    else:
+        clean = False
+    st.hw_stuck_since_ms = None
+    st.hw_stalled = False
+    kind = {True: "clean", False: "UNCLEAN", None: "unjudged"}[clean]
+    elr_text = "" if elr is None else f", ELR {list(elr)}"
+    out.emit(
+        EventType.LEADER_CHANGE, Severity.CRITICAL if clean is False else Severity.INFO,
+        brokers=[m.leader] if previous_leader in (None, m.leader) else [previous_leader, m.leader],
+        leader=m.leader, previous_leader=previous_leader,
+        leader_epoch=m.leader_epoch, previous_leader_epoch=pm.leader_epoch, clean=clean,
+        isr=list(m.isr), previous_isr=list(isr),
+        message=(
+            f"{_name(m)}: {kind} leader change from {previous_leader} to broker {m.leader} "
+            f"(leader epoch {pm.leader_epoch} -> {m.leader_epoch}; previous ISR {list(isr)}{elr_text})"
+        ),
+    )  # fmt: skip
+
+
+def _offline_start(st: PartitionState, basis: ElectionBasis | None, out: _Emitter) -> None:
+    m = st.meta
+    m.offline = True
+    m.before_offline = basis
+    st.hw_stuck_since_ms = None
+    st.hw_stalled = False
+    previous = None if basis is None else basis.leader
+    was = "" if previous is None else f", was led by broker {previous}"
+    out.emit(
+        EventType.OFFLINE_START, Severity.CRITICAL,
+        brokers=[] if previous is None else [previous], previous_leader=previous,
+        leader=-1, leader_epoch=m.leader_epoch, isr=list(m.isr),
+        message=f"{_name(m)} is offline (no leader){was}",
+    )  # fmt: skip
+
+
+def _isr_change(pm: PartitionMeta, st: PartitionState, cfg: DetectConfig, out: _Emitter) -> None:
+    m = st.meta
+    left = [b for b in pm.isr if b not in m.isr]
+    joined = [b for b in m.isr if b not in pm.isr]
+    lags = metrics_of(st).follower_lag
+    changes = ((EventType.ISR_SHRINK, left, "left"), (EventType.ISR_EXPAND, joined, "joined"))
+    for etype, brokers, verb in changes:
+        for b in brokers:
+            lag = lags.get(b)
+            out.emit(
+                etype, Severity.WARNING if etype is EventType.ISR_SHRINK else Severity.INFO, b,
+                brokers=[b], leader=m.leader, leader_epoch=m.leader_epoch,
+                isr=list(m.isr), previous_isr=list(pm.isr), lag=lag,
+                message=(
+                    f"{_name(m)}: broker {b} {verb} the ISR {list(pm.isr)} -> {list(m.isr)}"
+                    + ("" if lag is None else f" (follower lag {lag} messages)")
+                ),
+            )  # fmt: skip
+    if left or joined:
+        _check_flapping(m, [(out.time_ms, b) for b in left + joined], cfg, out)
+
+
+def _check_flapping(m: PartitionMeta, changes: list[tuple[int, int]], cfg: DetectConfig, out: _Emitter) -> None:
+    """ISR_FLAPPING once per window when more than cfg.flapping_threshold ISR changes fall within it."""
+    window = cfg.flapping_window_ms
+    now = out.time_ms
+    recent = tuple(c for c in m.isr_changes if now - c[0] < window) + tuple(changes)
+    m.isr_changes = recent
+    if len(recent) <= cfg.flapping_threshold:
+        return
+    if m.flapping_reported_ms is not None and now - m.flapping_reported_ms < window:
+        return
+    m.flapping_reported_ms = now
+    brokers = sorted({b for _, b in recent})
+    out.emit(
+        EventType.ISR_FLAPPING, Severity.WARNING,
+        brokers=brokers, leader=m.leader, leader_epoch=m.leader_epoch, isr=list(m.isr),
+        message=(
+            f"{_name(m)}: {len(recent)} ISR shrinks and expands within {window / 1000:.0f} s "
+            f"(brokers {brokers})"
+        ),
+    )  # fmt: skip
+
+
+def _under_min_isr(m: PartitionMeta, out: _Emitter) -> None:
+    min_isr = m.min_insync_replicas
+    under = min_isr is not None and len(m.isr) < min_isr
+    if under == m.under_min_isr:
+        return
+    m.under_min_isr = under
+    out.emit(
+        EventType.UNDER_MIN_ISR_START if under else EventType.UNDER_MIN_ISR_END,
+        Severity.CRITICAL if under else Severity.INFO,
+        leader=m.leader, leader_epoch=m.leader_epoch, isr=list(m.isr),
+        message=(
+            f"{_name(m)}: ISR {list(m.isr)} is {'below' if under else 'back at'} "
+            f"min.insync.replicas={min_isr}" + ("; acks=all writes fail" if under else "")
+        ),
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Offsets: log end offsets, high watermark
+
+
+def _check_log_truncation(prev: PartitionState, st: PartitionState, out: _Emitter) -> None:
+    last = prev.last_log_end_offsets
+    for broker, leo in st.log_end_offsets.items():
+        before = last.get(broker)
+        if before is not None and leo < before:
+            m = st.meta = st.meta.copy() if st.meta is prev.meta else st.meta
+            _log_truncation(out, m, broker, before, leo, "sampler")
+            log = m.replica_logs.get(broker)
+            if log is not None and log.log_end_offset > leo:  # the agent must not report it a second time
+                m.replica_logs = {**m.replica_logs, broker: log._replace(log_end_offset=leo)}
+
+
+def _log_truncation(out: _Emitter, m: PartitionMeta, broker: int, before: int, after: int, seen_by: str) -> None:
+    out.emit(
+        EventType.LOG_TRUNCATION, Severity.WARNING, broker, before, after,
+        brokers=[broker], leader=m.leader, leader_epoch=m.leader_epoch,
+        truncated=before - after, offset_start=after, offset_end=before,
+        message=(
+            f"{_name(m)}: replica on broker {broker} truncated its log from {before} to {after} "
+            f"({before - after} messages, seen by the {seen_by})"
+        ),
+    )  # fmt: skip
+
+
+def _apply_high_watermark(prev: PartitionState, st: PartitionState, hw: int | None, out: _Emitter) -> None:
+    """HW_REGRESSION when the partition's high watermark goes down; samples without one change nothing."""
+    if hw is None:
+        return
+    before = prev.high_watermark
+    st.high_watermark = hw
+    if before is None or hw >= before:
+        return
+    pm, m = prev.meta, st.meta
+    out.emit(
+        EventType.HW_REGRESSION, Severity.CRITICAL, before, hw,
+        brokers=[m.leader] if m.leader >= 0 else [], leader=m.leader, leader_epoch=m.leader_epoch,
+        previous_leader=pm.leader if pm.leader != m.leader else None,
+        previous_leader_epoch=pm.leader_epoch if pm.leader_epoch != m.leader_epoch else None,
+        isr=list(m.isr), committed_lost=before - hw, offset_start=hw, offset_end=before,
+        message=(
+            f"{_name(m)}: high watermark went down from {before} to {hw}: "
+            f"{before - hw} committed messages lost (leader {m.leader}, leader epoch {m.leader_epoch})"
+        ),
+    )  # fmt: skip
+
+
+def _check_hw_stalled(prev: PartitionState, st: PartitionState, cfg: DetectConfig, out: _Emitter) -> None:
+    """HW_STALLED once when the HW stays below the leader's LEO, unmoved, for over cfg.hw_stalled_after_ms."""
+    hw = st.high_watermark
+    m = st.meta
+    leader_leo = st.log_end_offsets.get(m.leader)
+    if hw is None or leader_leo is None:
+        return
+    if hw >= leader_leo:
+        st.hw_stuck_since_ms = None
+        st.hw_stalled = False
+        return
+    if st.hw_stuck_since_ms is None or hw != prev.high_watermark:
+        st.hw_stuck_since_ms = out.time_ms
+        st.hw_stuck_log_end_offset = leader_leo
+        st.hw_stalled = False
+        return
+    stuck_ms = out.time_ms - st.hw_stuck_since_ms
+    if st.hw_stalled or stuck_ms <= cfg.hw_stalled_after_ms:
+        return
+    st.hw_stalled = True
+    out.emit(
+        EventType.HW_STALLED, Severity.WARNING, hw, st.hw_stuck_since_ms,
+        brokers=[m.leader], leader=m.leader, leader_epoch=m.leader_epoch, isr=list(m.isr),
+        lag=leader_leo - hw, offset_start=hw, offset_end=leader_leo,
+        message=(
+            f"{_name(m)}: high watermark stuck at {hw} for {stuck_ms / 1000:.0f} s while the leader's "
+            f"log end offset went from {st.hw_stuck_log_end_offset} to {leader_leo}"
+        ),
+    )  # fmt: skip
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Leader epoch lineage
+
+
+def _apply_leader_lineage(st: PartitionState, entries: Iterable[Mapping[str, Any]], out: _Emitter) -> None:
+    lineage = _lineage(entries)
+    m = st.meta
+    if lineage == m.epoch_lineage and m.lineage_leader_epoch == m.leader_epoch:
+        return
+    m = st.meta = m.copy()
+    m.epoch_lineage = lineage
+    m.lineage_leader_epoch = m.leader_epoch
+    _check_divergence(m, _followers(m), out)
+
+
+def _followers(m: PartitionMeta) -> tuple[int, ...]:
+    return tuple(b for b in m.replica_logs if b != m.leader)
+
+
+def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -> None:
+    """EPOCH_DIVERGENCE once per diverging replica and offset; forgotten when the replica agrees again.
+    ``m`` must be a fresh copy: its ``diverged`` is replaced."""
+    if m.leader < 0:
+        return
+    reference = _reference_lineage(m)
+    for broker in brokers:
+        log = m.replica_logs.get(broker)
+        if log is None or broker == m.leader:
+            continue
+        found = _divergence(m, reference, log)
+        if found is None:
+            if broker in m.diverged:
+                m.diverged = {b: v for b, v in m.diverged.items() if b != broker}
+            continue
+        offset, replica_epoch, leader_epoch = found
+        if m.diverged.get(broker) == offset:
+            continue
+        m.diverged = {**m.diverged, broker: offset}
+        end = log.log_end_offset
+        out.emit(
+            EventType.EPOCH_DIVERGENCE, Severity.CRITICAL, broker, offset, replica_epoch, leader_epoch,
+            brokers=[broker, m.leader], leader=m.leader, leader_epoch=m.leader_epoch,
+            offset_start=offset, offset_end=end,
+            message=(
+                f"{_name(m)}: replica on broker {broker} diverges from leader {m.leader} at offset "
+                f"{offset} (written in epoch {replica_epoch} there, in epoch {leader_epoch} on the leader); "
+                f"offsets [{offset}, {end}) at stake"
+            ),
+        )  # fmt: skip
+
+
+def _reference_lineage(m: PartitionMeta) -> Lineage | None:
+    """The leader's lineage, if known for the current leader epoch (from the sampler, else from disk)."""
+    if m.epoch_lineage and m.lineage_leader_epoch == m.leader_epoch:
+        return m.epoch_lineage
+    log = m.replica_logs.get(m.leader)
+    if log is not None and log.epoch_lineage and log.epoch_lineage[-1][0] == m.leader_epoch:
+        return log.epoch_lineage
+    return None
+
+
+def _divergence(m: PartitionMeta, reference: Lineage | None, log: ReplicaLog) -> tuple[int, int, int] | None:
+    """(first diverging offset, replica's epoch there, leader's epoch there), or None."""
+    lineage = log.epoch_lineage
+    if reference is not None and lineage:
+        if lineage[-1][0] > m.leader_epoch:
+            return None  # the replica is ahead of our metadata: judge on a later sample
+        if log.last_batch_leader_epoch is not None and log.last_batch_leader_epoch > lineage[-1][0]:
+            return None  # checkpoint read before the tail of the log: stale
+        return _lineage_divergence(reference, lineage, log.log_end_offset)
+    # No lineage (pre-epoch message formats): two logs of the same length whose last batches were written in
+    # different leader epochs hold different messages at their last offset.
+    leader_log = m.replica_logs.get(m.leader)
+    if (
+        leader_log is None
+        or log.log_end_offset == 0
+        or leader_log.log_end_offset != log.log_end_offset
+        or log.last_batch_leader_epoch is None
+        or leader_log.last_batch_leader_epoch is None
+        or log.last_batch_leader_epoch == leader_log.last_batch_leader_epoch
+    ):
+        return None
+    return log.log_end_offset - 1, log.last_batch_leader_epoch, leader_log.last_batch_leader_epoch
+
+
+def _lineage_divergence(leader: Lineage, replica: Lineage, replica_leo: int) -> tuple[int, int, int] | None:
+    """The first offset below ``replica_leo`` written in one epoch on the replica and another on the leader.
+
+    Only offsets both lineages cover count: retention drops old entries and moves the first one's start."""
+    covered_from = max(leader[0][1], replica[0][1])
+    starts = sorted({s for _, s in leader} | {s for _, s in replica} | {covered_from})
+    for offset in starts:
+        if offset < covered_from:
+            continue
+        if offset >= replica_leo:
+            break
+        replica_epoch = _epoch_at(replica, offset)
+        leader_epoch = _epoch_at(leader, offset)
+        if replica_epoch != leader_epoch:
+            return offset, replica_epoch, leader_epoch
+    return None
+
+
+def _epoch_at(lineage: Lineage, offset: int) -> int:
+    epoch = -1
+    for e, start in lineage:
+        if start > offset:
+            break
+        epoch = e
+    return epoch

@@ -1,0 +1,123 @@
+"""What the streaming job remembers about one partition between samples (pickled, ~400 per state bucket).
+
+A :class:`PartitionState` holds what moves with every sample (offsets, timers) and refers to a
+:class:`PartitionMeta` for what changes seldom (identity, leader, ISR, lineage, the agents' readings, the
+memory of reported conditions), so the common sample, where only offsets moved, copies a dozen fields.
+
+Treat both and everything they hold as immutable: :mod:`streaming.detect` copies a record with ``copy()`` and
+replaces whole containers (dicts, tuples), it never changes one in place. So a state and its successor may
+share containers, and a replayed step starts from an untouched ``prev``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
+from typing import Any, NamedTuple
+
+NO_SAMPLE = -1
+"""``sample_time_ms``/``cycle``/``received_ms`` of a state that has seen no PartitionSample yet."""
+
+Lineage = tuple[tuple[int, int], ...]
+"""A leader-epoch-checkpoint: ``(leader_epoch, start_offset)`` pairs in epoch order."""
+
+
+class ReplicaLog(NamedTuple):
+    """What the log-dir agent last found on disk for one replica."""
+
+    sample_time_ms: int
+    cycle: int
+    log_end_offset: int
+    high_watermark_checkpoint: int | None
+    last_batch_leader_epoch: int | None
+    epoch_lineage: Lineage
+
+
+class ElectionBasis(NamedTuple):
+    """The partition as last seen online: a later election is judged clean or unclean against it."""
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    elr: tuple[int, ...] | None
+
+
+@dataclass(slots=True)
+class PartitionMeta:
+    cluster: str
+    topic: str
+    partition: int
+    topic_id: str | None = None
+
+    leader: int = -1
+    leader_epoch: int = -1
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    elr: tuple[int, ...] | None = None
+    min_insync_replicas: int | None = None
+    """The last value the sampler reported (it re-reads topic configs only every few cycles)."""
+
+    # Conditions whose start was reported (edge-triggered events).
+    offline: bool = False
+    under_min_isr: bool = False
+    epoch_regressed_to: int | None = None
+    before_offline: ElectionBasis | None = None
+
+    isr_changes: tuple[tuple[int, int], ...] = ()
+    """``(sample_time_ms, broker)`` of recent ISR shrinks and expands, for ISR_FLAPPING."""
+    flapping_reported_ms: int | None = None
+
+    epoch_lineage: Lineage | None = None
+    """The leader's lineage as last fetched by the sampler, and the leader epoch of that sample."""
+    lineage_leader_epoch: int = -1
+    replica_logs: dict[int, ReplicaLog] = field(default_factory=dict)
+    """Broker -> the log-dir agent's newest reading of its replica (also while the broker is down)."""
+    diverged: dict[int, int] = field(default_factory=dict)
+    """Broker -> first diverging offset of the EPOCH_DIVERGENCE reported for it (cleared when it agrees)."""
+
+    def copy(self) -> PartitionMeta:
+        """A shallow copy (containers shared: replace them, never mutate them)."""
+        return PartitionMeta(*_meta_fields(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PartitionMeta, _meta_fields(self))  # positional: no field names in every pickled state
+
+
+@dataclass(slots=True)
+class PartitionState:
+    meta: PartitionMeta
+
+    # The newest accepted PartitionSample, on the collector's clock, and when the job received it.
+    sample_time_ms: int = NO_SAMPLE
+    cycle: int = NO_SAMPLE
+    received_ms: int = NO_SAMPLE
+
+    high_watermark: int | None = None
+    """The last high watermark a leader answered (samples without one keep it)."""
+    log_start_offset: int | None = None
+    log_end_offsets: dict[int, int] = field(default_factory=dict)
+    """Broker -> its replica's LEO in the newest sample; brokers that did not answer are missing."""
+    last_log_end_offsets: dict[int, int] = field(default_factory=dict)
+    """Broker -> the last LEO the sampler read from it: the baseline for LOG_TRUNCATION."""
+
+    hw_stuck_since_ms: int | None = None
+    """Sample time since which the high watermark has stayed at ``high_watermark``, below the leader's LEO."""
+    hw_stuck_log_end_offset: int | None = None
+    """The leader's LEO at ``hw_stuck_since_ms``."""
+    hw_stalled: bool = False
+    stale: bool = False
+
+    @classmethod
+    def new(cls, cluster: str, topic: str, partition: int, topic_id: str | None = None) -> PartitionState:
+        return cls(PartitionMeta(cluster, topic, partition, topic_id))
+
+    def copy(self) -> PartitionState:
+        """A shallow copy (``meta`` and containers shared: replace them, never mutate them)."""
+        return PartitionState(*_state_fields(self))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PartitionState, _state_fields(self))
+
+
+_meta_fields = attrgetter(*(f.name for f in fields(PartitionMeta)))
+_state_fields = attrgetter(*(f.name for f in fields(PartitionState)))
