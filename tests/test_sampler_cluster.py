@@ -1,0 +1,249 @@
+"""The protocol sampler on the real local cluster, its values checked against Kafka's own view."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest
+from kafka.protocol.parser import KafkaProtocol
+
+from collectors.protocol.sampler import ClusterSampler
+from collectors.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
+from replmon.config import ClusterConfig, CollectorConfig, TopicFilter
+from replmon.localcluster import LocalCluster
+from replmon.workload import SequencedProducer
+from tests.kafka_view import KafkaView, wait_until
+
+pytestmark = pytest.mark.cluster
+TIMEOUT_MS = 2000
+
+
+def offsets_for_leader_epoch(view: KafkaView, leader: int, topic: str, partition: int,
+                             epoch: int) -> tuple[int, int]:
+    """Kafka's raw answer to OffsetsForLeaderEpoch(epoch) from ``leader``: (leader epoch, end offset). The
+    oracle of the lineage tests, written against kafka-python only."""
+    topic_cls = OffsetForLeaderEpochRequest.OffsetForLeaderTopic
+    request = OffsetForLeaderEpochRequest(replica_id=-1, topics=[topic_cls(topic=topic, partitions=[
+        topic_cls.OffsetForLeaderPartition(partition=partition, current_leader_epoch=-1, leader_epoch=epoch)])])
+    manager = view.admin._manager
+
+    async def ask() -> Any:
+        return await manager.send(request, node_id=leader)
+
+    response = manager.run(ask)
+    answer = response.topics[0].partitions[0]
+    assert answer.error_code == 0, answer
+    return answer.leader_epoch, answer.end_offset
+
+
+class Sampling:
+    """A sampler restricted to some topics, and helpers to look at its samples."""
+
+    def __init__(self, cluster: LocalCluster, topics: list[str], **collector: Any) -> None:
+        config = ClusterConfig(name="test", bootstrap_servers=cluster.bootstrap_servers.split(","),
+                               topics=TopicFilter(include=topics))
+        self.sampler = ClusterSampler(config, CollectorConfig(request_timeout_ms=TIMEOUT_MS, **collector), "tests")
+        self.last_cycle: CycleSample | None = None
+
+    def cycle(self) -> dict[tuple[str, int], PartitionSample]:
+        result = self.sampler.cycle()
+        out = {}
+        for s in result.samples:
+            if isinstance(s, PartitionSample):
+                out[(s.topic, s.partition)] = s
+            elif isinstance(s, CycleSample):
+                self.last_cycle = s
+        return out
+
+    def partition(self, topic: str, partition: int = 0) -> PartitionSample:
+        return self.cycle()[(topic, partition)]
+
+    def close(self) -> None:
+        self.sampler.close()
+
+
+@pytest.fixture
+def view(cluster: LocalCluster) -> Iterator[KafkaView]:
+    """A fresh oracle per test: the session ``kafka_view`` keeps sending admin requests to a broker it saw as
+    controller, and fails once that broker was killed (kafka-python does not refresh it)."""
+    oracle = KafkaView(cluster.bootstrap_servers)
+    yield oracle
+    oracle.close()
+
+
+@pytest.fixture
+def sampling(cluster: LocalCluster) -> Iterator[Callable[..., Sampling]]:
+    made: list[Sampling] = []
+
+    def make(topics: list[str], **collector: Any) -> Sampling:
+        s = Sampling(cluster, topics, **collector)
+        made.append(s)
+        return s
+
+    yield make
+    for s in made:
+        s.close()
+
+
+def leo(sample: PartitionSample, broker: int) -> int | None:
+    return next(r.log_end_offset for r in sample.replica_offsets if r.broker_id == broker)
+
+
+def replica_error(sample: PartitionSample, broker: int) -> ReplicaError | None:
+    return next(r.error for r in sample.replica_offsets if r.broker_id == broker)
+
+
+def test_paused_follower_falls_behind_leaves_the_isr_and_catches_up(
+        healthy_cluster: LocalCluster, view: KafkaView, topic_name: str,
+        producer_factory: Callable[..., SequencedProducer], sampling: Callable[..., Sampling]) -> None:
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    s = sampling([topic_name])
+    producer = producer_factory(topic_name, acks=1)
+    producer.wait_acknowledged(20)
+    before = wait_until(lambda: (x := s.partition(topic_name)) and leo(x, 3) and x, 20, "follower 3 sampled")
+    follower_leo = leo(before, 3)
+    assert follower_leo is not None and before.isr == view.partition(topic_name).isr
+
+    healthy_cluster.pause(3)
+    started = time.monotonic()
+    behind = wait_until(lambda: (x := s.partition(topic_name)) and 3 not in x.isr
+                        and (leo(x, 1) or 0) > follower_leo + 50 and x, 30,
+                        "the paused follower out of the ISR while the leader's log grows")
+    assert replica_error(behind, 3) == ReplicaError.UNREACHABLE and leo(behind, 3) is None
+    assert s.last_cycle is not None and s.last_cycle.unreachable_brokers == [3]
+    assert s.last_cycle.duration_ms < TIMEOUT_MS + 1500, "a silent broker holds a cycle no longer than the timeout"
+    assert 3 not in view.partition(topic_name).isr
+    assert time.monotonic() - started < 30
+
+    healthy_cluster.resume(3)
+    producer.pause()
+    caught_up = wait_until(lambda: (x := s.partition(topic_name)) and 3 in x.isr and x.high_watermark
+                           and leo(x, 3) == leo(x, 1) == x.high_watermark and x, 30,
+                           "the resumed follower back at the leader's log end offset")
+    assert caught_up.high_watermark == view.high_watermark(topic_name)
+    assert sorted(caught_up.isr) == sorted(view.partition(topic_name).isr)
+    assert caught_up.high_watermark > follower_leo + 50
+
+
+def test_leader_kill_raises_the_epoch_and_extends_the_lineage(
+        healthy_cluster: LocalCluster, view: KafkaView, topic_name: str,
+        producer_factory: Callable[..., SequencedProducer], sampling: Callable[..., Sampling]) -> None:
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    s = sampling([topic_name])
+    producer = producer_factory(topic_name, acks="all")
+    producer.wait_acknowledged(30)
+    producer.pause()
+    first = wait_until(lambda: (x := s.partition(topic_name)).epoch_lineage and x.high_watermark
+                       and x.high_watermark == leo(x, 1) == leo(x, 2) == leo(x, 3) and x, 20,
+                       "the first lineage, every replica at the high watermark")
+    assert first.leader == 1
+    assert first.epoch_lineage is not None and first.epoch_lineage[-1].leader_epoch == first.leader_epoch
+    old_epoch = first.leader_epoch
+
+    healthy_cluster.kill(1)
+    new = wait_until(lambda: (x := s.partition(topic_name)).leader_epoch > old_epoch and x.epoch_lineage
+                     and x.epoch_lineage[-1].leader_epoch == x.leader_epoch and x, 40,
+                     "a new leader epoch and its lineage entry")
+    assert new.leader in (2, 3)
+    kafka_says = view.partition(topic_name)
+    assert (kafka_says.leader, kafka_says.leader_epoch) == (new.leader, new.leader_epoch)
+    assert new.epoch_lineage is not None
+    newest, previous = new.epoch_lineage[-1], new.epoch_lineage[-2]
+    # Kafka's own answer: asking the epoch before the new one yields the new epoch's start offset
+    answer_epoch, end_offset = offsets_for_leader_epoch(view, new.leader, topic_name, 0, new.leader_epoch - 1)
+    assert (previous.leader_epoch, newest.start_offset) == (answer_epoch, end_offset)
+    assert newest.start_offset == first.high_watermark  # the new epoch starts where the old leader's log ended
+    assert replica_error(new, 1) == ReplicaError.UNREACHABLE
+    assert s.last_cycle is not None and 1 in s.last_cycle.unreachable_brokers
+
+
+def test_a_steady_cycle_costs_a_few_requests_per_broker(
+        cluster: LocalCluster, view: KafkaView, topic_name: str, sampling: Callable[..., Sampling],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    topics = [f"{topic_name}-{i}" for i in range(6)]
+    for t in topics:
+        view.create_topic(t, partitions=100, replication_factor=3)
+    sent: list[tuple[str, int]] = []
+    original = KafkaProtocol.send_request
+
+    def counting(self: KafkaProtocol, request: Any, correlation_id: int | None = None) -> int:
+        sent.append((self._client_id, request.API_KEY))
+        return original(self, request, correlation_id)
+
+    monkeypatch.setattr(KafkaProtocol, "send_request", counting)
+    # refresh lineage and configs every 2nd cycle: cycle 2 is a steady cycle with both refreshes
+    s = sampling(topics, lineage_refresh_cycles=2, config_refresh_cycles=2)
+    wait_until(lambda: len(x := s.cycle()) == 600 and all(len(p.isr) == 3 for p in x.values()), 60,
+               "all 600 partitions sampled with their full ISR")
+    brokers = len(cluster.broker_ids)
+    for _ in range(3):
+        sent.clear()
+        samples = s.cycle()
+        ours = [api for client, api in sent if client == "replmon-tests"]
+        assert s.last_cycle is not None
+        assert len(samples) == 600 and not s.last_cycle.unreachable_brokers
+        assert len(ours) <= 6 * brokers, f"{len(ours)} requests: {sorted(ours)}"
+        assert len(ours) == s.last_cycle.requests
+    for t in topics[:2]:
+        for p in (0, 57):
+            sample = samples[(t, p)]
+            kafka_says = view.partition(t, p)
+            assert ((sample.leader, sample.leader_epoch, sorted(sample.isr))
+                    == (kafka_says.leader, kafka_says.leader_epoch, sorted(kafka_says.isr)))
+            assert sample.high_watermark == view.high_watermark(t, p) == 0
+            assert [r.log_end_offset for r in sample.replica_offsets] == [0, 0, 0]
+
+
+def run_collect(args: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "replmon.cli", "collect", *args], capture_output=True,
+                          text=True, timeout=timeout_s)
+
+
+def test_collect_once_prints_valid_samples(cluster: LocalCluster, view: KafkaView, topic_name: str) -> None:
+    view.create_topic(topic_name, partitions=3)
+    done = run_collect(["--once", "--output", "-"])  # no config: the local cluster of `replmon cluster up`
+    assert done.returncode == 0, done.stderr
+    samples = [parse_sample(line) for line in done.stdout.splitlines()]
+    mine = sorted(s.partition for s in samples if isinstance(s, PartitionSample) and s.topic == topic_name)
+    assert mine == [0, 1, 2]
+    cycles = [s for s in samples if isinstance(s, CycleSample)]
+    assert len(cycles) == 1 and cycles[0].cluster == "local" and cycles[0].brokers == cluster.broker_ids
+
+
+def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
+        cluster: LocalCluster, view: KafkaView, topic_name: str, tmp_path: Path) -> None:
+    view.create_topic(topic_name)
+    good = cluster.bootstrap_servers
+    config = {
+        "clusters": [
+            {"name": "good", "bootstrap_servers": good, "topics": {"include": [topic_name, "no-such-topic"]}},
+            {"name": "nowhere", "bootstrap_servers": "127.0.0.1:1"},
+            {"name": "tls", "bootstrap_servers": good, "security": {"protocol": "SSL"}},
+            {"name": "sasl", "bootstrap_servers": good, "security": {
+                "protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256", "username": "u",
+                "password": "hunter2-secret"}},
+        ],
+        "collector": {"request_timeout_ms": 3000},
+    }
+    path = tmp_path / "replmon.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = run_collect(["--config", str(path), "--once", "--output", "-"])
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.strip().splitlines()
+    for name in ("nowhere", "tls", "sasl"):
+        assert len([line for line in lines if f"cluster {name}:" in line]) == 1, lines
+    assert "cannot connect" in next(line for line in lines if "cluster nowhere:" in line)
+    assert "SSL" in next(line for line in lines if "cluster tls:" in line)
+    assert "no-such-topic" in done.stderr and "matches no topic" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+    samples = [parse_sample(line) for line in done.stdout.splitlines()]
+    assert [s.topic for s in samples if isinstance(s, PartitionSample)] == [topic_name]
+    errors = {s.cluster: s.error for s in samples if isinstance(s, CycleSample)}
+    assert errors["good"] is None and all(errors[n] for n in ("nowhere", "tls", "sasl"))
