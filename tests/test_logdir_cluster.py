@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from collectors.logdir.scanner import ScanContext, scan_log_dir
-from collectors.samples import EpochEntry, ReplicaSample
+from collectors.samples import EpochEntry, ReplicaSample, parse_sample
+from replmon.cli import main
 from replmon.localcluster import LocalCluster, NodeState
 from tests.kafka_view import KafkaView, wait_until
 
@@ -36,7 +37,8 @@ def caught_up(cluster: LocalCluster, view: KafkaView, topic: str) -> int:
 
 
 def test_leo_of_every_replica_matches_the_high_watermark(
-    cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory,  # type: ignore[no-untyped-def]
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     kafka_view.create_topic(topic_name, replication_factor=3)
     producer = producer_factory(topic_name)
@@ -57,6 +59,14 @@ def test_leo_of_every_replica_matches_the_high_watermark(
     # the leader checkpoints its high watermark every replica.high.watermark.checkpoint.interval.ms (5 s)
     wait_until(lambda: replica(cluster, view.leader, topic_name).high_watermark_checkpoint == hw, 20,
                "the checkpointed high watermark to reach the high watermark")
+
+    # the same through the command line, all three log dirs in one agent
+    dirs = [str(cluster.broker_log_dir(b)) for b in cluster.broker_ids]
+    assert main(["agent", "--log-dir", *dirs, "--once", "--output", "-"]) == 0
+    samples = [parse_sample(line) for line in capsys.readouterr().out.splitlines()]
+    ours = {s.broker_id: s for s in samples if isinstance(s, ReplicaSample) and s.topic == topic_name}
+    assert sorted(ours) == cluster.broker_ids
+    assert all(s.log_end_offset == hw and s.error is None for s in ours.values())
 
 
 def test_reads_a_stopped_brokers_log_dir(

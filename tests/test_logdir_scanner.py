@@ -187,3 +187,40 @@ def test_agent_cluster_name_from_config(tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["agent", "--log-dir", str(d1), "--config", str(config), "--once", "--output", "-"]) == 0
     out, _ = capsys.readouterr()
     assert {json.loads(line)["cluster"] for line in out.splitlines()} == {"dr"}
+
+
+def test_large_segment_with_a_preallocated_index(tmp_path: Path) -> None:
+    """A 10 MiB preallocated (sparse) index over a segment big enough for the index to be searched on disk;
+    the walk starts at its last entry, and the same answer comes from walking the whole segment."""
+    from collectors.logdir.files import VerifiedBatches, index_start_position, read_segment_tail
+
+    part = tmp_path / "big-0"
+    part.mkdir()
+    log, index, since, offset = b"", b"", 0, 5000
+    while len(log) < 400_000:
+        if since > 4096:
+            index += struct.pack(">ii", offset - 5000, len(log))
+            since = 0
+        one = batch(offset, records=3, leader_epoch=8, payload=b"z" * 900)
+        log += one
+        since += len(one)
+        offset += 3
+    segment = part / f"{5000:020d}.log"
+    segment.write_bytes(log)
+    with open(part / f"{5000:020d}.index", "wb") as f:
+        f.write(index)
+        f.truncate(10 * 1024 * 1024)
+    last_position = struct.unpack(">ii", index[-8:])[1]
+    with open(segment, "rb") as f:
+        def read(position: int, size: int) -> bytes:
+            return os.pread(f.fileno(), size, position)
+
+        assert index_start_position(part / f"{5000:020d}.index", read, len(log), lambda b: True) == last_position
+    verified = VerifiedBatches()
+    tail = read_segment_tail(segment, 5000, verified)
+    assert tail.log_end_offset == offset and tail.last_batch is not None
+    assert tail.last_batch.partition_leader_epoch == 8
+    assert verified.checked == 2  # the batch at the index position and the last one
+    assert read_segment_tail(segment, 5000, verified) == tail and verified.checked == 2  # cached
+    (part / f"{5000:020d}.index").unlink()
+    assert read_segment_tail(segment, 5000) == tail

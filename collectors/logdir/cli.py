@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from collectors.logdir.files import VerifiedBatches
 from collectors.logdir.scanner import LogDirScan, scan_log_dirs
 from replmon.config import ReplmonConfig, load_config
 from replmon.errors import ReplmonError
@@ -76,12 +77,13 @@ def agent(args: argparse.Namespace) -> int:
 
         sink = SamplePublisher(with_default_cluster(config), client_id="replmon-logdir-agent")
     reporter = LogDirReporter()
+    verified = VerifiedBatches()
     interval = config.collector.interval_s
     cycle = 0
     try:
         next_tick = time.monotonic()
         while True:
-            scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, args.broker_id)
+            scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, args.broker_id, verified)
             reporter.report(scans)
             sink.publish(s for scan in scans for s in scan.samples)
             if args.once:

@@ -23,6 +23,9 @@ from collectors.logdir.checkpoints import (
 )
 from collectors.logdir.records import (
     INDEX_ENTRY_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
     SegmentCorrupt,
     SegmentTail,
     crc_matches,
@@ -35,6 +38,7 @@ from collectors.samples import EpochEntry
 
 T = TypeVar("T")
 READ_WINDOW = 64 * 1024
+MIN_BATCH_SIZE = LOG_OVERHEAD + min(MIN_BATCH_LENGTH.values())
 
 
 def read_small_file(path: Path) -> str | None:
@@ -78,17 +82,50 @@ class WindowReader:
         return self._data[position - self._start:end - self._start]
 
 
-def index_start_position(index_path: Path, read: Callable[[int, int], bytes], log_size: int) -> int:
+class VerifiedBatches:
+    """Batches whose CRC matched, by identity (file, position, base offset, length, CRC field): a batch that
+    is still the last one next cycle is not checked again. CRC-32C runs in pure Python unless the ``crc32c``
+    package is installed (kafka-python then uses it), so this matters for idle partitions. Bounded: cleared
+    when it grows past ``max_entries``."""
+
+    def __init__(self, max_entries: int = 500_000) -> None:
+        self.max_entries = max_entries
+        self._seen: set[tuple[str, int, int, int, int]] = set()
+        self.checked = 0
+
+    def check(self, path: Path, read: Callable[[int, int], bytes], batch: BatchHeader) -> bool:
+        key = (str(path), batch.position, batch.base_offset, batch.batch_length, batch.crc)
+        if key in self._seen:
+            return True
+        self.checked += 1
+        if not crc_matches(read, batch):
+            return False
+        if len(self._seen) >= self.max_entries:
+            self._seen.clear()
+        self._seen.add(key)
+        return True
+
+
+def index_start_position(index_path: Path, read: Callable[[int, int], bytes], log_size: int,
+                         crc_check: Callable[[BatchHeader], bool]) -> int:
     """Where to start walking the segment: the last offset index entry's position when a complete batch with
     a matching CRC starts there, else 0 (no index, no entry yet, or an index that disagrees with the log)."""
     try:
         with open(index_path, "rb") as f:
             fd = f.fileno()
-            entries = os.fstat(fd).st_size // INDEX_ENTRY_SIZE
+            # at most one entry per batch: a bound far below the preallocated size for a young segment
+            entries = min(os.fstat(fd).st_size // INDEX_ENTRY_SIZE, log_size // MIN_BATCH_SIZE + 1)
+            if entries * INDEX_ENTRY_SIZE <= READ_WINDOW:
+                index = os.pread(fd, entries * INDEX_ENTRY_SIZE, 0)
+                entries = len(index) // INDEX_ENTRY_SIZE
 
-            def read_entry(i: int) -> tuple[int, int]:
-                raw = os.pread(fd, INDEX_ENTRY_SIZE, i * INDEX_ENTRY_SIZE)
-                return parse_index_entry(raw) if len(raw) == INDEX_ENTRY_SIZE else (0, 0)
+                def read_entry(i: int) -> tuple[int, int]:
+                    return parse_index_entry(index[i * INDEX_ENTRY_SIZE:(i + 1) * INDEX_ENTRY_SIZE])
+            else:
+
+                def read_entry(i: int) -> tuple[int, int]:
+                    raw = os.pread(fd, INDEX_ENTRY_SIZE, i * INDEX_ENTRY_SIZE)
+                    return parse_index_entry(raw) if len(raw) == INDEX_ENTRY_SIZE else (0, 0)
 
             entry = last_index_entry(read_entry, entries)
     except OSError:
@@ -99,18 +136,23 @@ def index_start_position(index_path: Path, read: Callable[[int, int], bytes], lo
         batch = read_batch_header(read, log_size, entry[1])
     except SegmentCorrupt:
         return 0
-    return entry[1] if batch is not None and crc_matches(read, batch) else 0
+    return entry[1] if batch is not None and crc_check(batch) else 0
 
 
-def read_segment_tail(log_path: Path, base_offset: int) -> SegmentTail:
+def read_segment_tail(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None) -> SegmentTail:
+    verified = verified if verified is not None else VerifiedBatches()
     with open(log_path, "rb") as f:
         fd = f.fileno()
         size = os.fstat(fd).st_size
         reader = WindowReader(fd)
+
+        def crc_check(batch: BatchHeader) -> bool:
+            return verified.check(log_path, reader.read, batch)
+
         index_path = log_path.with_name(layout.index_file_name(base_offset))
-        start = index_start_position(index_path, reader.read, size)
+        start = index_start_position(index_path, reader.read, size, crc_check)
         try:
-            return walk_segment(reader.read, size, base_offset, start)
+            return walk_segment(reader.read, size, base_offset, start, crc_check)
         except SegmentCorrupt as exc:
             raise SegmentCorrupt(f"segment {log_path.name}: {exc}") from None
 
@@ -127,16 +169,16 @@ class ReplicaFiles:
     errors: list[str] = field(default_factory=list)
 
 
-def read_replica_dir(path: Path) -> ReplicaFiles:
+def read_replica_dir(path: Path, verified: VerifiedBatches | None = None) -> ReplicaFiles:
     """Read one replica's directory; a file that cannot be read or parsed adds to ``errors``, the others are
     still read. A segment deleted under our feet (retention, roll) makes one more attempt."""
     try:
-        return _read_replica_dir(path)
+        return _read_replica_dir(path, verified)
     except FileNotFoundError:
-        return _read_replica_dir(path)
+        return _read_replica_dir(path, verified)
 
 
-def _read_replica_dir(path: Path) -> ReplicaFiles:
+def _read_replica_dir(path: Path, verified: VerifiedBatches | None) -> ReplicaFiles:
     files = ReplicaFiles()
     bases = []
     with os.scandir(path) as entries:
@@ -163,7 +205,7 @@ def _read_replica_dir(path: Path) -> ReplicaFiles:
     files.first_segment_base_offset = min(bases)
     active = max(bases)
     try:
-        files.tail = read_segment_tail(path / f"{active:020d}{layout.LOG_FILE_SUFFIX}", active)
+        files.tail = read_segment_tail(path / f"{active:020d}{layout.LOG_FILE_SUFFIX}", active, verified)
     except SegmentCorrupt as exc:
         files.errors.append(str(exc))
     except FileNotFoundError:

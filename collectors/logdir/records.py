@@ -140,10 +140,10 @@ def crc_matches(read: Read, batch: BatchHeader) -> bool:
 
 
 def walk_segment(read: Read, file_size: int, base_offset: int, start_position: int = 0,
-                 verify_last_crc: bool = True) -> SegmentTail:
+                 crc_check: Callable[[BatchHeader], bool] | None = None) -> SegmentTail:
     """Walk batch headers from ``start_position`` (a batch boundary: 0 or an offset index entry's position)
     to the end of the written log; the LEO is the last complete batch's last offset + 1, else ``base_offset``.
-    """
+    The last batch's CRC is checked with ``crc_check`` (default: :func:`crc_matches` on ``read``)."""
     position = start_position
     last: BatchHeader | None = None
     expected_from = base_offset
@@ -161,7 +161,7 @@ def walk_segment(read: Read, file_size: int, base_offset: int, start_position: i
         position = batch.end_position
     if last is None:
         return SegmentTail(base_offset, None, position, file_size - position)
-    if verify_last_crc and not crc_matches(read, last):
+    if not (crc_check(last) if crc_check is not None else crc_matches(read, last)):
         raise SegmentCorrupt(f"last batch (offsets {last.base_offset}..{last.last_offset} at position "
                              f"{last.position}): CRC mismatch")
     return SegmentTail(last.next_offset, last, position, file_size - position)

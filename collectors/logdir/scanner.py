@@ -20,7 +20,7 @@ from collectors.logdir.checkpoints import (
     node_id_from_meta_properties,
     parse_offset_checkpoint,
 )
-from collectors.logdir.files import ReplicaFiles, read_parsed, read_replica_dir
+from collectors.logdir.files import ReplicaFiles, VerifiedBatches, read_parsed, read_replica_dir
 from collectors.logdir.layout import TopicPartition
 from collectors.samples import ReplicaSample
 
@@ -121,7 +121,9 @@ def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
     return sorted(found)
 
 
-def scan_log_dir(log_dir: Path, ctx: ScanContext, broker_id: int | None = None) -> LogDirScan:
+def scan_log_dir(log_dir: Path, ctx: ScanContext, broker_id: int | None = None,
+                 verified: VerifiedBatches | None = None) -> LogDirScan:
+    """One log dir; ``verified`` (kept across cycles by the caller) spares CRC checks of unchanged batches."""
     scan = LogDirScan(log_dir=log_dir, broker_id=broker_id)
     try:
         replicas = partition_dirs(log_dir)
@@ -137,7 +139,7 @@ def scan_log_dir(log_dir: Path, ctx: ScanContext, broker_id: int | None = None) 
     root = read_root_checkpoints(log_dir)
     for tp, path in replicas:
         try:
-            files = read_replica_dir(path)
+            files = read_replica_dir(path, verified)
         except FileNotFoundError:
             continue  # the directory went away (deleted topic, moved replica): no such replica any more
         except OSError as exc:
@@ -147,6 +149,6 @@ def scan_log_dir(log_dir: Path, ctx: ScanContext, broker_id: int | None = None) 
 
 
 def scan_log_dirs(log_dirs: Iterable[Path], cluster: str, agent_id: str, cycle: int,
-                  broker_id: int | None = None) -> list[LogDirScan]:
+                  broker_id: int | None = None, verified: VerifiedBatches | None = None) -> list[LogDirScan]:
     ctx = ScanContext(cluster=cluster, agent_id=agent_id, cycle=cycle, sample_time_ms=int(time.time() * 1000))
-    return [scan_log_dir(Path(d), ctx, broker_id) for d in log_dirs]
+    return [scan_log_dir(Path(d), ctx, broker_id, verified) for d in log_dirs]
