@@ -219,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client")
     dashboards.add_argument("action", choices=["build", "push"])
     dashboards.add_argument("--config", type=Path)
-    dashboards.set_defaults(handler=_not_yet("replmon dashboards"))
+    dashboards.set_defaults(handler=_lazy("dashboards.cli:dashboards"))
     return parser
 
 
