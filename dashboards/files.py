@@ -17,7 +17,7 @@ import yaml
 from dashboards.build import build_all, to_json
 
 HERE = Path(__file__).resolve().parent
-GRAFANA_DASHBOARDS_DIR = "/var/lib/grafana/dashboards/replmon"
+GRAFANA_DASHBOARDS_DIR = "/etc/grafana/dashboards/replmon"
 """Where docker-compose.yml mounts dashboards/generated inside the Grafana container."""
 COMPOSE_PROMETHEUS_URL = "http://prometheus:9090"
 
