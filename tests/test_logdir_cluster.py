@@ -166,3 +166,33 @@ def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
     new_end_of_it = min(e.start_offset for e in new.epoch_lineage if e.leader_epoch > old_last_epoch)
     assert new_end_of_it == replicated_to < old.log_end_offset
     assert (old.log_end_offset or 0) - new_end_of_it >= 100  # offsets held by the old leader alone
+
+
+def samples_in_topic(view: KafkaView, topic: str, partitions: int) -> int:
+    """Records in the samples topic: the sum of its partitions' end offsets (0 before it exists)."""
+    from kafka import TopicPartition
+    from kafka.protocol.consumer.offsets import OffsetSpec
+
+    try:
+        ends = view.admin.list_partition_offsets({TopicPartition(topic, p): OffsetSpec.LATEST
+                                                  for p in range(partitions)})
+    except Exception:
+        if topic in view.admin.list_topics():
+            raise
+        return 0
+    return sum(int(e.offset) for e in ends.values())
+
+
+def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, kafka_view: KafkaView, topic_name: str) -> None:
+    """Without --output the agent publishes every sample to the samples topic of the (local) cluster. (The
+    topic is zstd-compressed and kafka-python here has no zstd codec to read it back: records are counted.)"""
+    from replmon.config import load_config
+
+    transport = load_config().transport
+    kafka_view.create_topic(topic_name, replication_factor=3)
+    dirs = [cluster.broker_log_dir(b) for b in cluster.broker_ids]
+    before = samples_in_topic(kafka_view, transport.samples_topic, transport.topic_partitions)
+    replicas = sum(len(scan_log_dir(d, CTX).samples) for d in dirs)  # what the agent will find too
+    assert main(["agent", "--log-dir", *map(str, dirs), "--once"]) == 0
+    published = samples_in_topic(kafka_view, transport.samples_topic, transport.topic_partitions) - before
+    assert replicas >= 3 and published == replicas

@@ -21,6 +21,8 @@ from replmon.config import ReplmonConfig, load_config
 from replmon.errors import ReplmonError
 from replmon.targets import LOCAL_CLUSTER_NAME
 
+ONCE_FLUSH_TIMEOUT_S = 15.0
+
 
 def say(message: str) -> None:
     print(f"replmon agent: {message}", file=sys.stderr, flush=True)
@@ -87,8 +89,12 @@ def agent(args: argparse.Namespace) -> int:
             reporter.report(scans)
             sink.publish(s for scan in scans for s in scan.samples)
             if args.once:
-                sink.flush()
-                return 1 if any(scan.error for scan in scans) else 0
+                delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S)
+                if not delivered:
+                    why = getattr(sink, "outage", None)
+                    say(f"{sink.buffered} sample(s) not delivered within {ONCE_FLUSH_TIMEOUT_S:g} s"
+                        + (f": {why}" if why else ""))
+                return 1 if not delivered or any(scan.error for scan in scans) else 0
             cycle += 1
             next_tick += interval
             now = time.monotonic()
