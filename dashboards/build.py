@@ -261,13 +261,13 @@ def overview() -> Built:
                  (f"sum by (cluster) (replmon_cluster_hw_stalled_partitions{{{c}}})", "{{cluster}} HW stalled"),
                  (f"sum by (cluster) (replmon_cluster_stale_partitions{{{c}}})", "{{cluster}} stale"),
              ], description="HW stalled: LEO grows while the HW does not. Stale: no recent sample.", stepped=True))
-             .with_panel(table_panel("Topics at risk", [
+             .with_panel(table_panel("Topics now", [
                  (f"sum by (cluster, topic) (replmon_topic_partitions{{{c}}})", "partitions"),
                  (f"sum by (cluster, topic) (replmon_topic_under_replicated_partitions{{{c}}})", "under-replicated"),
                  (f"sum by (cluster, topic) (replmon_topic_under_min_isr_partitions{{{c}}})", "under min ISR"),
                  (f"sum by (cluster, topic) (replmon_topic_offline_partitions{{{c}}})", "offline"),
                  (f"max by (cluster, topic) (replmon_topic_max_hw_lag_messages{{{c}}})", "max HW lag"),
-             ], description="One row per topic, now."))
+             ], description="One row per topic: partitions, and how many are at risk."))
              .with_row(dash.Row("Events and data loss"))
              .with_panel(ts_panel("Events by type", [
                  (f"sum by (cluster, type) (rate(replmon_events_total{{{c}}}[$__rate_interval]))",

@@ -44,14 +44,13 @@ def push(cfg: GrafanaConfig, dashboards: dict[str, dict[str, Any]], timeout_s: f
     if urlsplit(cfg.url).scheme not in ("http", "https"):
         raise ReplmonError(f"grafana.url {where!r} must start with http:// or https://")
     api = GrafanaApi.from_url(cfg.url, credential=token, timeout=timeout_s)
-    step = "listing folders"
+    step = f"looking up folder {cfg.folder!r}"
     try:
         folder_uid = _folder(api, cfg.folder)
         for uid, board in dashboards.items():
-            step = f"uploading dashboard {uid}"
+            step = f"the upload of dashboard {uid}"
             api.dashboard.update_dashboard({"dashboard": {**board, "id": None}, "folderUid": folder_uid,
                                             "overwrite": True, "message": "replmon dashboards push"})
-            step = "listing folders"
     except GrafanaUnauthorizedError:
         raise ReplmonError(f"Grafana at {where} refused the token (HTTP 401 Unauthorized): check grafana.token") \
             from None
