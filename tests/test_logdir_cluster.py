@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
 from collectors.logdir.scanner import ScanContext, scan_log_dir
@@ -13,6 +15,15 @@ from tests.kafka_view import KafkaView, wait_until
 
 pytestmark = pytest.mark.cluster
 CTX = ScanContext(cluster="local", agent_id="test", cycle=0, sample_time_ms=0)
+
+
+@pytest.fixture
+def view(cluster: LocalCluster) -> Iterator[KafkaView]:
+    """Kafka's view through a client of this test alone: one that lived through brokers dying and coming back
+    (earlier fault tests) may no longer find the cluster."""
+    fresh = KafkaView(cluster.bootstrap_servers)
+    yield fresh
+    fresh.close()
 
 
 def replica(cluster: LocalCluster, broker_id: int, topic: str, partition: int = 0) -> ReplicaSample:
@@ -37,10 +48,10 @@ def caught_up(cluster: LocalCluster, view: KafkaView, topic: str) -> int:
 
 
 def test_leo_of_every_replica_matches_the_high_watermark(
-    cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory,  # type: ignore[no-untyped-def]
+    cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory,  # type: ignore[no-untyped-def]
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    kafka_view.create_topic(topic_name, replication_factor=3)
+    view.create_topic(topic_name, replication_factor=3)
     producer = producer_factory(topic_name)
     producer.wait_acknowledged(300)
     for b in cluster.broker_ids:  # read while the producer appends: never an error, never past Kafka's LEO
@@ -48,16 +59,16 @@ def test_leo_of_every_replica_matches_the_high_watermark(
         assert sample.error is None and sample.log_end_offset is not None
     producer.pause()
     last_acked = max(offset for _, offset in producer.acknowledged().values())
-    hw = wait_until(lambda: caught_up(cluster, kafka_view, topic_name), 30, "every replica at the HW")
+    hw = wait_until(lambda: caught_up(cluster, view, topic_name), 30, "every replica at the HW")
     assert hw == last_acked + 1
-    view = kafka_view.partition(topic_name)
+    state = view.partition(topic_name)
     for b in cluster.broker_ids:
         sample = replica(cluster, b, topic_name)
-        assert sample.last_batch_leader_epoch == view.leader_epoch
-        assert sample.epoch_lineage[-1].leader_epoch == view.leader_epoch
+        assert sample.last_batch_leader_epoch == state.leader_epoch
+        assert sample.epoch_lineage[-1].leader_epoch == state.leader_epoch
         assert sample.topic_id is not None and sample.size_bytes > 0 and sample.error is None
     # the leader checkpoints its high watermark every replica.high.watermark.checkpoint.interval.ms (5 s)
-    wait_until(lambda: replica(cluster, view.leader, topic_name).high_watermark_checkpoint == hw, 20,
+    wait_until(lambda: replica(cluster, state.leader, topic_name).high_watermark_checkpoint == hw, 20,
                "the checkpointed high watermark to reach the high watermark")
 
     # the same through the command line, all three log dirs in one agent
@@ -70,20 +81,20 @@ def test_leo_of_every_replica_matches_the_high_watermark(
 
 
 def test_reads_a_stopped_brokers_log_dir(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
-    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
     producer = producer_factory(topic_name)
     producer.wait_acknowledged(100)
     producer.pause()
-    hw_at_stop = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
+    hw_at_stop = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
     lineage_at_stop = replica(healthy_cluster, 3, topic_name).epoch_lineage
 
     healthy_cluster.stop(3)
     producer.resume()
     producer.wait_acknowledged(100)
     producer.pause()
-    hw_now = kafka_view.high_watermark(topic_name)
+    hw_now = view.high_watermark(topic_name)
     assert hw_now > hw_at_stop
     assert healthy_cluster.node_state(3) == NodeState.STOPPED
     stopped = replica(healthy_cluster, 3, topic_name)
@@ -96,18 +107,18 @@ def test_reads_a_stopped_brokers_log_dir(
 
 
 def test_new_leader_lineage_after_a_leader_kill(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
-    kafka_view.create_topic(topic_name, assignment={0: [2, 3, 1]})
+    view.create_topic(topic_name, assignment={0: [2, 3, 1]})
     producer = producer_factory(topic_name)
     producer.wait_acknowledged(100)
     producer.pause()
-    hw_at_election = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
-    before = kafka_view.partition(topic_name)
+    hw_at_election = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
+    before = view.partition(topic_name)
     assert before.leader == 2
 
     healthy_cluster.kill(2)
-    after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader not in (2, -1) and v, 30,
+    after = wait_until(lambda: (v := view.partition(topic_name)).leader not in (2, -1) and v, 30,
                        "a new leader after the kill")
     producer.resume()
     producer.wait_acknowledged(50)
@@ -124,34 +135,34 @@ def test_new_leader_lineage_after_a_leader_kill(
 
 
 def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
-    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
     producer = producer_factory(topic_name, acks=1)
     producer.wait_acknowledged(100)
     producer.pause()
-    replicated_to = wait_until(lambda: caught_up(healthy_cluster, kafka_view, topic_name), 30, "caught up")
+    replicated_to = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
     healthy_cluster.stop(2)
     healthy_cluster.stop(3)
-    wait_until(lambda: kafka_view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
+    wait_until(lambda: view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
     producer.resume()
     producer.wait_acknowledged(100)  # on broker 1 alone
     producer.pause()
-    old_hw = kafka_view.high_watermark(topic_name)
-    former = kafka_view.partition(topic_name)
+    old_hw = view.high_watermark(topic_name)
+    former = view.partition(topic_name)
     assert old_hw >= replicated_to + 100
 
     healthy_cluster.kill(1)
     healthy_cluster.start(2)
     # clients that saw every broker die may not find the cluster again: fresh ones for the rest
-    view = KafkaView(healthy_cluster.bootstrap_servers)
+    fresh = KafkaView(healthy_cluster.bootstrap_servers)
     try:
-        wait_until(lambda: view.partition(topic_name).leader == -1, 30, "the partition to go offline")
+        wait_until(lambda: fresh.partition(topic_name).leader == -1, 30, "the partition to go offline")
         healthy_cluster.elect_unclean(topic_name, 0)
-        after = wait_until(lambda: (v := view.partition(topic_name)).leader == 2 and v, 30,
+        after = wait_until(lambda: (v := fresh.partition(topic_name)).leader == 2 and v, 30,
                            "broker 2 to become leader by unclean election")
     finally:
-        view.close()
+        fresh.close()
     # the new leader writes new messages at offsets where the old leader holds others
     producer_factory(topic_name, acks=1).wait_acknowledged(20)
 
@@ -183,16 +194,16 @@ def samples_in_topic(view: KafkaView, topic: str, partitions: int) -> int:
     return sum(int(e.offset) for e in ends.values())
 
 
-def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, kafka_view: KafkaView, topic_name: str) -> None:
+def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, view: KafkaView, topic_name: str) -> None:
     """Without --output the agent publishes every sample to the samples topic of the (local) cluster. (The
     topic is zstd-compressed and kafka-python here has no zstd codec to read it back: records are counted.)"""
     from replmon.config import load_config
 
     transport = load_config().transport
-    kafka_view.create_topic(topic_name, replication_factor=3)
+    view.create_topic(topic_name, replication_factor=3)
     dirs = [cluster.broker_log_dir(b) for b in cluster.broker_ids]
-    before = samples_in_topic(kafka_view, transport.samples_topic, transport.topic_partitions)
+    before = samples_in_topic(view, transport.samples_topic, transport.topic_partitions)
     replicas = sum(len(scan_log_dir(d, CTX).samples) for d in dirs)  # what the agent will find too
     assert main(["agent", "--log-dir", *map(str, dirs), "--once"]) == 0
-    published = samples_in_topic(kafka_view, transport.samples_topic, transport.topic_partitions) - before
+    published = samples_in_topic(view, transport.samples_topic, transport.topic_partitions) - before
     assert replicas >= 3 and published == replicas
