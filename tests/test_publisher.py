@@ -1,0 +1,158 @@
+"""The publisher: bounded buffer, drops counted, backoff while the samples cluster is away; and on the real
+cluster, samples keyed by cluster/topic/partition in a topic created with retention and compression."""
+
+from __future__ import annotations
+
+import io
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kafka import KafkaConsumer
+from kafka.future import Future
+
+from collectors.metrics import CollectorMetrics
+from collectors.publisher import JsonLinesOutput, SamplePublisher, record_key
+from collectors.samples import CycleSample, PartitionSample, parse_sample
+from replmon.config import ReplmonConfig
+from replmon.localcluster import LocalCluster
+from tests.kafka_view import KafkaView, wait_until
+
+
+def partition_sample(i: int, topic: str = "orders") -> PartitionSample:
+    return PartitionSample(cluster="prod", collector_id="c", cycle=i, sample_time_ms=1, topic=topic, partition=i % 3,
+                           leader=1, leader_epoch=0, replicas=[1], isr=[1])
+
+
+def config(**collector: Any) -> ReplmonConfig:
+    return ReplmonConfig(clusters=[{"name": "prod", "bootstrap_servers": ["127.0.0.1:1"]}],
+                         collector=collector)
+
+
+class FakeProducer:
+    def __init__(self, fail: bool = False) -> None:
+        self.sent: list[tuple[str, bytes, bytes]] = []
+        self.fail = fail
+
+    def send(self, topic: str, key: bytes, value: bytes) -> Future:
+        self.sent.append((topic, key, value))
+        future = Future()
+        return future.failure(RuntimeError("broker away")) if self.fail else future.success(None)
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def test_json_lines_output_prints_parseable_samples() -> None:
+    out = io.StringIO()
+    sink = JsonLinesOutput(out)
+    sink.publish([partition_sample(1), partition_sample(2)])
+    sink.close()
+    assert [parse_sample(line) for line in out.getvalue().splitlines()] == [partition_sample(1), partition_sample(2)]
+    assert sink.dropped == 0 and sink.buffered == 0
+
+
+def test_keys_keep_a_partition_in_one_kafka_partition() -> None:
+    assert record_key(partition_sample(4)) == b"prod/orders/1"
+    cycle = CycleSample(cluster="prod", collector_id="c", cycle=0, sample_time_ms=1, duration_ms=0, partitions=0,
+                        brokers=[])
+    assert record_key(cycle) == b"prod"
+
+
+def test_publishes_in_order_when_the_cluster_is_there() -> None:
+    producer = FakeProducer()
+    metrics = CollectorMetrics()
+    pub = SamplePublisher(config(), producer_factory=lambda kw: producer, topic_creator=lambda c: None,
+                          metrics=metrics)
+    pub.publish([partition_sample(i) for i in range(50)])
+    assert pub.flush(timeout_s=10)
+    pub.close()
+    assert [parse_sample(v).cycle for _, _, v in producer.sent] == list(range(50))  # type: ignore[union-attr]
+    assert all(t == "replmon.samples" for t, _, _ in producer.sent)
+    assert pub.published == 50 and pub.dropped == 0
+    assert metrics.registry.get_sample_value("replmon_collector_samples_published_total") == 50
+
+
+def test_while_the_samples_cluster_is_away_the_buffer_is_bounded_and_drops_counted() -> None:
+    attempts = threading.Event()
+    calls: list[int] = []
+
+    def unreachable(_config: ReplmonConfig) -> None:
+        calls.append(1)
+        attempts.set()
+        raise ConnectionError("samples cluster away")
+
+    metrics = CollectorMetrics()
+    pub = SamplePublisher(config(buffer_max_samples=100), topic_creator=unreachable, metrics=metrics)
+    pub.publish([partition_sample(i) for i in range(250)])
+    assert attempts.wait(10)
+    assert pub.buffered == 100 and pub.dropped == 150
+    assert pub.outage is not None and "samples cluster away" in pub.outage
+    assert metrics.registry.get_sample_value("replmon_collector_samples_dropped_total") == 150
+    assert metrics.registry.get_sample_value("replmon_collector_samples_buffered") == 100
+    assert not pub.flush(timeout_s=1.2)
+    assert len(calls) <= 3, "backs off instead of hammering the samples cluster"
+    pub.close(timeout_s=0.1)
+    assert pub.dropped == 250
+
+
+def test_failed_deliveries_are_dropped_and_counted() -> None:
+    pub = SamplePublisher(config(), producer_factory=lambda kw: FakeProducer(fail=True),
+                          topic_creator=lambda c: None)
+    pub.publish([partition_sample(i) for i in range(5)])
+    wait_until(lambda: pub.dropped == 5, 10, "five failed deliveries counted")
+    assert pub.outage is not None and pub.buffered == 0
+    pub.close()
+
+
+@pytest.fixture
+def samples_config(cluster: LocalCluster, topic_name: str) -> ReplmonConfig:
+    return ReplmonConfig(clusters=[{"name": "local", "bootstrap_servers": cluster.bootstrap_servers}],
+                         transport={"samples_topic": f"{topic_name}-samples", "retention_ms": 3_600_000})
+
+
+@pytest.fixture
+def view(cluster: LocalCluster) -> Iterator[KafkaView]:
+    oracle = KafkaView(cluster.bootstrap_servers)
+    yield oracle
+    oracle.close()
+
+
+@pytest.mark.cluster
+def test_publishes_to_a_created_samples_topic(samples_config: ReplmonConfig, cluster: LocalCluster,
+                                              view: KafkaView) -> None:
+    from kafka.admin import ConfigResource, ConfigResourceType
+
+    topic = samples_config.transport.samples_topic
+    pub = SamplePublisher(samples_config)
+    sent = [partition_sample(i, topic="orders") for i in range(30)]
+    pub.publish(sent)
+    assert pub.flush(timeout_s=30), pub.outage
+    pub.close()
+    assert pub.published == 30 and pub.dropped == 0
+
+    described = view.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic)])
+    text = repr(described)
+    assert "'retention.ms'" in text and "3600000" in text and "zstd" in text
+    parts = view.admin.describe_topic_partitions([topic])["topics"][0]["partitions"]
+    assert len(parts) == samples_config.transport.topic_partitions
+    assert all(len(p["replica_nodes"]) == 3 for p in parts)
+
+    consumer = KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap_servers, auto_offset_reset="earliest",
+                             consumer_timeout_ms=2000, group_id=None)
+    try:
+        records = wait_until(lambda: list(consumer) or None, 30, "samples in the topic")
+        while len(records) < 30:
+            more = list(consumer)
+            assert more, f"only {len(records)} samples read"
+            records += more
+    finally:
+        consumer.close()
+    by_key: dict[bytes, list[int]] = {}
+    for r in records:
+        by_key.setdefault(r.key, []).append(parse_sample(r.value).cycle)
+    assert sorted(by_key) == [b"local/orders/0", b"local/orders/1", b"local/orders/2"] or \
+        sorted(by_key) == [b"prod/orders/0", b"prod/orders/1", b"prod/orders/2"]
+    for cycles in by_key.values():
+        assert cycles == sorted(cycles), "one partition's samples arrive in order"
