@@ -1,0 +1,105 @@
+"""Loading the configuration: every mistake one clear ReplmonError, environment overrides, secrets never
+printed, and the commented example in conf/ covering the whole model."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from replmon.config import ReplmonConfig, load_config
+from replmon.errors import ReplmonError
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "conf" / "replmon.example.yaml"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "replmon.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_bad_yaml_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError, match="not valid YAML") as info:
+        load_config(write(tmp_path, "clusters: [\n  - name: x\n bad"), env={})
+    assert "\n" not in str(info.value)
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError, match="mapping"):
+        load_config(write(tmp_path, "- a\n- b\n"), env={})
+
+
+@pytest.mark.parametrize("text, where", [
+    ("collector: {interval_s: soon}", "collector.interval_s"),
+    ("clusters: [{name: a, bootstrap_servers: [nohostport]}]", "clusters.0.bootstrap_servers"),
+    ("clusters: [{name: a}]", "clusters.0.bootstrap_servers"),
+    ("collectr: {}", "collectr"),
+    ("clusters: [{name: a, bootstrap_servers: 'h:1'}, {name: a, bootstrap_servers: 'h:2'}]", "unique"),
+])
+def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:
+    with pytest.raises(ReplmonError, match=re.escape(where)):
+        load_config(write(tmp_path, text), env={})
+
+
+def test_sasl_without_password(tmp_path: Path) -> None:
+    text = ("clusters: [{name: a, bootstrap_servers: 'h:9092', security: "
+            "{protocol: SASL_SSL, sasl_mechanism: PLAIN, username: u}}]")
+    with pytest.raises(ReplmonError, match="needs password"):
+        load_config(write(tmp_path, text), env={})
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "collector: {interval_s: 5}\nclusters: [{name: a, bootstrap_servers: 'h:9092'}]")
+    config = load_config(path, env={"REPLMON_COLLECTOR__INTERVAL_S": "2",
+                                    "REPLMON_TRANSPORT__SAMPLES_TOPIC": "s"})
+    assert config.collector.interval_s == 2 and config.transport.samples_topic == "s"
+    assert config.clusters[0].name == "a"
+    config = load_config(path, env={"REPLMON_CLUSTERS": '[{"name": "b", "bootstrap_servers": ["k:1"]}]'})
+    assert [c.name for c in config.clusters] == ["b"]
+
+
+def test_secrets_are_never_printed(tmp_path: Path) -> None:
+    secret = "s3cr3t-Pa55"
+    text = (f"clusters: [{{name: a, bootstrap_servers: 'h:9092', security: {{protocol: SASL_PLAINTEXT, "
+            f"sasl_mechanism: PLAIN, username: u, password: {secret}}}}}]\ngrafana: {{token: {secret}}}")
+    config = load_config(write(tmp_path, text), env={})
+    assert secret not in repr(config) and secret not in str(config)
+    assert secret not in config.model_dump_json()
+    assert config.clusters[0].security.kafka_python()["sasl_plain_password"] == secret
+    with pytest.raises(ReplmonError) as info:  # an invalid value next to a secret: the message omits inputs
+        load_config(write(tmp_path, text.replace("PLAIN,", "PLAIN, port: 1,")), env={})
+    assert secret not in str(info.value)
+    bad = write(tmp_path, text.replace("h:9092", "nohostport"))
+    done = subprocess.run([sys.executable, "-m", "replmon.cli", "collect", "--config", str(bad), "--once"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "bootstrap server" in done.stderr
+    assert secret not in done.stderr + done.stdout
+
+
+def _fields(model: type[BaseModel], prefix: str = "") -> list[str]:
+    names = []
+    for name, field in model.model_fields.items():
+        names.append(prefix + name)
+        annotation = field.annotation
+        for candidate in (annotation, *getattr(annotation, "__args__", ())):
+            if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+                names += _fields(candidate, prefix + name + ".")
+    return names
+
+
+def test_the_example_loads_and_covers_every_setting() -> None:
+    config = load_config(EXAMPLE, env={})
+    assert [c.name for c in config.clusters] == ["prod", "staging"]
+    text = EXAMPLE.read_text()
+    missing = [f for f in _fields(ReplmonConfig) if not re.search(rf"\b{f.rsplit('.', 1)[-1]}:", text)]
+    assert not missing, f"conf/replmon.example.yaml does not mention {missing}"
