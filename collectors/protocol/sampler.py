@@ -26,7 +26,7 @@ from collectors.protocol.assemble import (
 from collectors.protocol.client import Call, ClusterClient, Outcome
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
 from collectors.protocol.topics import TopicSelector
-from collectors.samples import CycleSample, EpochEntry, PartitionSample, Sample
+from collectors.samples import CycleSample, EpochEntry, Sample
 from replmon.config import ClusterConfig, CollectorConfig
 from replmon.errors import ReplmonError
 
@@ -161,7 +161,7 @@ class ClusterSampler:
         """A broker that answered last cycle, preferring the one asked for metadata."""
         candidates = [b for b in self.client.broker_ids() if b not in self.silent] or self.client.broker_ids()
         if self._metadata_broker in candidates:
-            return self._metadata_broker  # type: ignore[return-value]
+            return self._metadata_broker
         ready = [b for b in candidates if self.client.connection_ready(b)]
         return (ready or candidates or sorted(hosts))[0]
 
