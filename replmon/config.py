@@ -175,6 +175,8 @@ class StreamConfig(_Section):
     checkpoint_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "checkpoint")
     history_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "history")
     state_buckets: int = Field(default=256, ge=1, le=65536)
+    starting_offsets: Literal["earliest", "latest"] = "latest"
+    """Where a job without a checkpoint starts reading the samples topic; later runs resume from the checkpoint."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
     kafka_jars_dir: Path | None = None
     """A directory holding spark-sql-kafka-0-10 and its dependencies, for sites without Maven Central."""

@@ -1,0 +1,41 @@
+"""replmon's own topics (samples, events, quarantine) on the samples cluster: created when missing."""
+
+from __future__ import annotations
+
+from kafka.admin import KafkaAdminClient
+from kafka.errors import TopicAlreadyExistsError
+
+from replmon.config import ReplmonConfig
+from replmon.errors import ReplmonError
+
+TOPIC_COMPRESSION = "zstd"
+"""compression.type of replmon's topics: JSON compresses ~10x."""
+
+
+def ensure_topic(config: ReplmonConfig, topic: str) -> None:
+    """Create ``topic`` on the samples cluster unless it exists, with the transport's partitions, retention
+    and compression."""
+    transport = config.transport
+    try:
+        admin = KafkaAdminClient(bootstrap_servers=config.samples_bootstrap(), client_id="replmon-topics",
+                                 request_timeout_ms=10_000, bootstrap_timeout_ms=10_000,
+                                 **config.samples_security().kafka_python())
+    except Exception as exc:
+        raise ReplmonError(f"cannot reach the samples cluster {','.join(config.samples_bootstrap())}: {exc}") from exc
+    try:
+        # explicit replication factor: in KRaft a -1 takes the controller's default.replication.factor
+        brokers = len(admin._manager.cluster.brokers()) or 1
+        spec = {"num_partitions": transport.topic_partitions,
+                "replication_factor": transport.topic_replication_factor or min(3, brokers),
+                "configs": {"retention.ms": str(transport.retention_ms), "compression.type": TOPIC_COMPRESSION}}
+        try:
+            result = admin.create_topics({topic: spec}, timeout_ms=10_000, raise_errors=False)
+        except TopicAlreadyExistsError:
+            return
+        for entry in result.get("topics", []):
+            code = entry.get("error_code", 0)
+            if code not in (0, TopicAlreadyExistsError.errno):
+                raise ReplmonError(f"creating topic {topic} failed: error code {code} "
+                                   f"{entry.get('error_message') or ''}".strip())
+    finally:
+        admin.close()

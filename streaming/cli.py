@@ -1,0 +1,152 @@
+"""``replmon stream``, ``replmon run`` and ``replmon events``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+from rich.table import Table
+
+from replmon.config import ReplmonConfig, load_config
+from replmon.errors import ReplmonError
+from replmon.targets import with_default_cluster
+
+err = Console(stderr=True, highlight=False)
+
+
+def _config(path: Path | None) -> ReplmonConfig:
+    return with_default_cluster(load_config(path))
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[list[int]]:
+    """SIGTERM and SIGINT end the job gracefully (the current micro-batch completes)."""
+    received: list[int] = []
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield received
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_job_until_stopped(config: ReplmonConfig) -> int:
+    from streaming.job import start_job
+    from streaming.session import get_session
+
+    spark = get_session(config.stream)
+    job = start_job(spark, config)
+    err.print(f"replmon stream: reading {config.transport.samples_topic} from {','.join(config.samples_bootstrap())}, "
+              f"metrics on http://{config.stream.metrics_host}:{job.port}/metrics")
+    try:
+        with _stop_on_signals():
+            job.await_any()
+    except KeyboardInterrupt:
+        err.print("replmon stream: stopping")
+    finally:
+        job.stop()
+        spark.stop()
+    return 0
+
+
+def stream(args: argparse.Namespace) -> int:
+    return run_job_until_stopped(_config(args.config))
+
+
+def _children(config_path: Path | None, config: ReplmonConfig) -> list[list[str]]:
+    """The collector, and a log-dir agent per broker whose log dirs are on this host."""
+    base = [sys.executable, "-m", "replmon.cli"]
+    conf = ["--config", str(config_path)] if config_path else []
+    commands = [[*base, "collect", *conf]]
+    for cluster in config.clusters:
+        for broker, dirs in sorted(cluster.log_dirs.items()):
+            commands.append([*base, "agent", "--log-dir", *map(str, dirs), "--broker-id", str(broker), *conf])
+    return commands
+
+
+def run(args: argparse.Namespace) -> int:
+    """Collector + agents (subprocesses) + the job (here); with no cluster configured, the local cluster,
+    started when it is not running."""
+    base = load_config(args.config)
+    if not base.clusters:
+        from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+
+        cdir = resolve_cluster_dir(None)
+        running = (cdir / "cluster.json").exists() and all(
+            s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
+        if not running:
+            err.print("replmon run: no cluster configured; starting the local cluster")
+            LocalCluster.up(cdir if (cdir / "cluster.json").exists() else None)
+    config = with_default_cluster(base)
+    procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+             for cmd in _children(args.config, config)]
+    try:
+        return run_job_until_stopped(config)
+    finally:
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+_DURATION = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_since(text: str, now: datetime | None = None) -> datetime:
+    """'15m', '2h', '1d' (ago) or an ISO time."""
+    now = now or datetime.now(UTC)
+    match = _DURATION.match(text.strip())
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        return now - timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise ReplmonError(f"--since takes a duration such as 15m, 2h, 1d or an ISO time, not {text!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def events(args: argparse.Namespace) -> int:
+    from streaming.sinks import read_events
+
+    config = load_config(args.config)
+    frame = read_events(config.stream.history_dir)
+    if frame.empty:
+        err.print(f"no events in {config.stream.history_dir}")
+        return 0
+    if args.cluster:
+        frame = frame[frame["cluster"] == args.cluster]
+    if args.topic:
+        frame = frame[frame["topic"] == args.topic]
+    if args.event_type:
+        frame = frame[frame["type"] == args.event_type.upper()]
+    if args.since:
+        frame = frame[frame["event_time_ms"] >= parse_since(args.since).timestamp() * 1000]
+    table = Table(title=f"{len(frame)} events")
+    for col in ("time (UTC)", "cluster", "partition", "type", "severity", "message"):
+        table.add_column(col)
+    for row in frame.itertuples(index=False):
+        when = datetime.fromtimestamp(row.event_time_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+        where = f"{row.topic}-{int(row.partition)}" if row.topic is not None and row.partition == row.partition \
+            else "-"
+        table.add_row(when, row.cluster, where, row.type, row.severity, row.message)
+    Console(width=None if sys.stdout.isatty() else 200).print(table)
+    return 0

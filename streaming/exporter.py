@@ -1,0 +1,214 @@
+"""Prometheus exposition of the job, served by the driver (prometheus-client).
+
+The driver keeps the newest metrics row of every partition (a pandas table updated in foreachBatch) and turns it
+into series at scrape time: per-partition and per-replica series for at most ``series_budget`` partitions,
+unhealthy first, and aggregates per cluster, broker and topic for all of them. Counters (events, lost messages,
+quarantined samples) only ever grow and are fed from rows already de-duplicated by event id.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import pandas as pd
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from streaming.metrics_catalog import BY_NAME, CATALOG, MetricSpec
+
+KEY = ["cluster", "topic", "partition"]
+
+PARTITION_GAUGES = {
+    "replmon_partition_isr_size": "isr_size",
+    "replmon_partition_replicas": "replica_count",
+    "replmon_partition_min_insync_replicas": "min_insync_replicas",
+    "replmon_partition_under_replicated": "under_replicated",
+    "replmon_partition_under_min_isr": "under_min_isr",
+    "replmon_partition_at_min_isr": "at_min_isr",
+    "replmon_partition_offline": "offline",
+    "replmon_partition_leader": "leader",
+    "replmon_partition_leader_epoch": "leader_epoch",
+    "replmon_partition_high_watermark": "high_watermark",
+    "replmon_partition_log_end_offset": "log_end_offset",
+    "replmon_partition_hw_lag_messages": "hw_lag",
+}
+
+
+def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
+    if spec.type == "counter":
+        return CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=list(spec.labels))
+    return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
+
+
+def budgeted(table: pd.DataFrame, budget: int) -> pd.DataFrame:
+    """The partitions that get their own series: the ``budget`` least healthy (then the most lagging)."""
+    if len(table) <= budget:
+        return table
+    order = table.assign(_lag=table["hw_lag"].fillna(0) + table["max_follower_lag"].fillna(0))
+    return order.sort_values(["health", "_lag"], ascending=[True, False], kind="stable").head(budget)
+
+
+def aggregate_families(table: pd.DataFrame) -> list[Metric]:
+    """Cluster, topic and broker aggregates over every partition (pure)."""
+    fams = {s.name: _family(s) for s in CATALOG if s.labels in (("cluster",), ("cluster", "topic"),
+                                                                  ("cluster", "broker")) and s.type == "gauge"}
+    if table.empty:
+        return list(fams.values())
+    flags = table.assign(
+        under_replicated=table["under_replicated"].fillna(False).astype(int),
+        under_min_isr=table["under_min_isr"].fillna(False).astype(int),
+        at_min_isr=table["at_min_isr"].fillna(False).astype(int),
+        offline=table["offline"].fillna(False).astype(int),
+        hw_stalled=table["hw_stalled"].fillna(False).astype(int),
+        stale=table["stale"].fillna(False).astype(int),
+    )
+    by_cluster = flags.groupby("cluster").agg(
+        partitions=("partition", "size"), under_replicated=("under_replicated", "sum"),
+        under_min_isr=("under_min_isr", "sum"), at_min_isr=("at_min_isr", "sum"), offline=("offline", "sum"),
+        hw_stalled=("hw_stalled", "sum"), stale=("stale", "sum"), last=("sample_time_ms", "max"))
+    for cluster, row in by_cluster.iterrows():
+        labels = [str(cluster)]
+        fams["replmon_cluster_partitions"].add_metric(labels, row["partitions"])
+        fams["replmon_cluster_under_replicated_partitions"].add_metric(labels, row["under_replicated"])
+        fams["replmon_cluster_under_min_isr_partitions"].add_metric(labels, row["under_min_isr"])
+        fams["replmon_cluster_at_min_isr_partitions"].add_metric(labels, row["at_min_isr"])
+        fams["replmon_cluster_offline_partitions"].add_metric(labels, row["offline"])
+        fams["replmon_cluster_hw_stalled_partitions"].add_metric(labels, row["hw_stalled"])
+        fams["replmon_cluster_stale_partitions"].add_metric(labels, row["stale"])
+        fams["replmon_cluster_last_sample_timestamp_seconds"].add_metric(labels, row["last"] / 1000.0)
+    by_topic = flags.groupby(["cluster", "topic"]).agg(
+        partitions=("partition", "size"), under_replicated=("under_replicated", "sum"),
+        under_min_isr=("under_min_isr", "sum"), offline=("offline", "sum"), max_hw_lag=("hw_lag", "max"))
+    for (cluster, topic), row in by_topic.iterrows():
+        labels = [str(cluster), str(topic)]
+        fams["replmon_topic_partitions"].add_metric(labels, row["partitions"])
+        fams["replmon_topic_under_replicated_partitions"].add_metric(labels, row["under_replicated"])
+        fams["replmon_topic_under_min_isr_partitions"].add_metric(labels, row["under_min_isr"])
+        fams["replmon_topic_offline_partitions"].add_metric(labels, row["offline"])
+        fams["replmon_topic_max_hw_lag_messages"].add_metric(labels, 0 if pd.isna(row["max_hw_lag"])
+                                                             else row["max_hw_lag"])
+    for (cluster, broker), counts in _broker_counts(table).items():
+        labels = [cluster, str(broker)]
+        fams["replmon_broker_replicas"].add_metric(labels, counts["replicas"])
+        fams["replmon_broker_leaders"].add_metric(labels, counts["leaders"])
+        fams["replmon_broker_out_of_isr_replicas"].add_metric(labels, counts["out_of_isr"])
+        fams["replmon_broker_max_replica_lag_messages"].add_metric(labels, counts["max_lag"])
+    return list(fams.values())
+
+
+def _broker_counts(table: pd.DataFrame) -> dict[tuple[str, int], Counter[str]]:
+    counts: dict[tuple[str, int], Counter[str]] = {}
+    for cluster, leader, replicas, isr, lags in zip(table["cluster"], table["leader"], table["replicas"],
+                                                  table["isr"], table["follower_lag"], strict=True):
+        in_isr = set(isr if isr is not None else ())
+        lag_of = dict(lags) if lags is not None else {}
+        for broker in replicas if replicas is not None else ():
+            c = counts.setdefault((cluster, int(broker)), Counter(replicas=0, leaders=0, out_of_isr=0, max_lag=0))
+            c["replicas"] += 1
+            c["leaders"] += int(broker == leader)
+            c["out_of_isr"] += int(broker not in in_isr)
+            c["max_lag"] = max(c["max_lag"], int(lag_of.get(broker) or 0))
+    return counts
+
+
+def partition_families(table: pd.DataFrame) -> list[Metric]:
+    """Per-partition and per-replica series of the given (already budgeted) partitions (pure)."""
+    fams = {s.name: _family(s) for s in CATALOG if s.budgeted}
+    for row in table.itertuples(index=False):
+        labels = [row.cluster, row.topic, str(row.partition)]
+        for name, column in PARTITION_GAUGES.items():
+            value = getattr(row, column)
+            if value is not None and not pd.isna(value):
+                fams[name].add_metric(labels, float(value))
+        in_isr = set(row.isr if row.isr is not None else ())
+        lags = dict(row.follower_lag) if row.follower_lag is not None else {}
+        for broker in row.replicas if row.replicas is not None else ():
+            replica = [*labels, str(broker)]
+            fams["replmon_replica_in_isr"].add_metric(replica, float(broker in in_isr))
+            if broker == row.leader:
+                fams["replmon_replica_lag_messages"].add_metric(replica, 0.0)
+            elif lags.get(broker) is not None:
+                fams["replmon_replica_lag_messages"].add_metric(replica, float(lags[broker]))
+    return list(fams.values())
+
+
+class JobExporter(Collector):
+    """The job's metrics registry: partition table, counters, job health; thread-safe against scrapes."""
+
+    def __init__(self, series_budget: int) -> None:
+        self.series_budget = series_budget
+        self.registry = CollectorRegistry(auto_describe=False)
+        self._lock = threading.Lock()
+        self._table = pd.DataFrame()
+        self._counters: dict[str, Counter[tuple[str, ...]]] = {
+            s.name: Counter() for s in CATALOG if s.type == "counter"}
+        self._job: dict[str, float] = {}
+        self.registry.register(self)
+
+    # ---- updates (driver, foreachBatch / listener) ----
+    def update_partitions(self, rows: pd.DataFrame) -> None:
+        if rows.empty:
+            return
+        with self._lock:
+            merged = rows if self._table.empty else pd.concat([self._table, rows], ignore_index=True)
+            merged = merged.sort_values("sample_time_ms", kind="stable")
+            self._table = merged.drop_duplicates(subset=KEY, keep="last").reset_index(drop=True)
+
+    def count_events(self, events: Iterable[dict[str, Any]]) -> None:
+        with self._lock:
+            for e in events:
+                cluster, topic = e["cluster"], e.get("topic") or ""
+                self._counters["replmon_events_total"][(cluster, e["type"])] += 1
+                if e["type"] == "LEADER_CHANGE" and e.get("clean") is False:
+                    self._counters["replmon_unclean_leader_elections_total"][(cluster, topic)] += 1
+                if e["type"] == "HW_REGRESSION":
+                    self._counters["replmon_committed_messages_lost_total"][(cluster, topic)] += \
+                        int(e.get("committed_lost") or 0)
+                if e["type"] == "EPOCH_DIVERGENCE":
+                    self._counters["replmon_epoch_divergences_total"][(cluster, topic)] += 1
+
+    def count(self, name: str, labels: tuple[str, ...], amount: float = 1) -> None:
+        with self._lock:
+            self._counters[name][labels] += amount  # type: ignore[assignment]
+
+    def set_job(self, name: str, value: float) -> None:
+        assert name in BY_NAME, name
+        with self._lock:
+            self._job[name] = value
+
+    def snapshot(self) -> pd.DataFrame:
+        with self._lock:
+            return self._table.copy()
+
+    # ---- exposition ----
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            table = self._table
+            counters = {name: dict(c) for name, c in self._counters.items()}
+            job = dict(self._job)
+        exported = budgeted(table, self.series_budget) if not table.empty else table
+        yield from partition_families(exported)
+        yield from aggregate_families(table)
+        for name, values in counters.items():
+            fam = _family(BY_NAME[name])
+            for labels, value in values.items():
+                fam.add_metric(list(labels), value)
+            yield fam
+        job["replmon_job_partition_series"] = float(len(exported))
+        job["replmon_job_partition_series_dropped"] = float(len(table) - len(exported))
+        for spec in CATALOG:
+            if spec.labels == () and spec.type == "gauge" and spec.name in job:
+                fam = GaugeMetricFamily(spec.name, spec.help)
+                fam.add_metric([], job[spec.name])
+                yield fam
+
+    def serve(self, host: str, port: int) -> int:
+        """Serve /metrics on host:port (port 0: a free one); returns the port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(server.server_port)
+
+

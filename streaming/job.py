@@ -1,0 +1,221 @@
+"""The Spark Structured Streaming job: samples topic -> parse and validate -> bucketed state -> sinks.
+
+Two queries share the session and the source topic:
+
+* ``replmon-state``: valid samples, hashed into state buckets, through :class:`streaming.processor.
+  ReplicationProcessor` (transformWithStateInPandas, RocksDB state store, processing-time timers); its
+  foreachBatch publishes events (once per id), updates the Prometheus table and writes the history.
+* ``replmon-quarantine``: samples that fail parsing or validation, with their reason, to the quarantine topic
+  and ``replmon_quarantined_samples_total{reason}``. The job never dies on bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+
+from collectors.samples import CYCLE_SCHEMA, PARTITION_SCHEMA, REPLICA_SCHEMA, PartitionSample, ReplicaSample
+from replmon.config import ReplmonConfig
+from streaming import schema
+from streaming.detect import DetectConfig
+from streaming.exporter import JobExporter
+from streaming.processor import KIND_EVENT, KIND_PARTITION, OUTPUT_SCHEMA, ReplicationProcessor
+from streaming.sinks import EventsPublisher, HistoryWriter
+
+log = logging.getLogger(__name__)
+
+PARTITION_STRUCT = schema.spark_schema(PartitionSample)
+REPLICA_STRUCT = schema.spark_schema(ReplicaSample)
+KNOWN_SCHEMAS = (PARTITION_SCHEMA, REPLICA_SCHEMA, CYCLE_SCHEMA)
+
+
+def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
+    stream = config.stream
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", ",".join(config.samples_bootstrap()))
+              .option("subscribe", config.transport.samples_topic)
+              .option("startingOffsets", stream.starting_offsets)
+              .option("failOnDataLoss", "false"))
+    for key, value in config.samples_security().java_client().items():
+        reader = reader.option(f"kafka.{key}", value)
+    if stream.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
+    return reader.load()
+
+
+def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
+    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
+    samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset)."""
+    value = F.col("value").cast("string")
+    schema_name = F.get_json_object(value, "$.schema")
+    is_object = F.get_json_object(value, "$").isNotNull() & F.trim(value).startswith("{")
+    p = F.when(schema_name == PARTITION_SCHEMA, F.from_json(value, PARTITION_STRUCT))
+    r = F.when(schema_name == REPLICA_SCHEMA, F.from_json(value, REPLICA_STRUCT))
+    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
+                        schema_name.alias("schema"), is_object.alias("is_object"), p.alias("p"), r.alias("r"))
+    p_reason = schema.first_violation(schema.violations(PartitionSample, F.col("p"), F.col("raw")))
+    r_reason = schema.first_violation(schema.violations(ReplicaSample, F.col("r"), F.col("raw")))
+    reason: Column = (
+        F.when(F.col("raw").isNull() | ~F.col("is_object"), F.lit(schema.MALFORMED_JSON))
+        .when(F.col("schema").isNull() | ~F.col("schema").isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
+        .when(F.col("schema") == PARTITION_SCHEMA, p_reason)
+        .when(F.col("schema") == REPLICA_SCHEMA, r_reason)
+    )
+    kind = (F.when(F.col("schema") == PARTITION_SCHEMA, F.lit("p"))
+            .when(F.col("schema") == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))
+    def either(name: str) -> Column:
+        return F.coalesce(F.col("p")[name], F.col("r")[name])
+
+    key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
+    return staged.select(
+        "raw", "key", "partition", "offset", "p", "r", reason.alias("reason"), kind.alias("kind"),
+        F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int").alias("bucket"),
+        either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),
+    )
+
+
+@dataclass
+class JobStats:
+    """What the driver saw, for tests and benchmarks."""
+
+    batches: int = 0
+    samples: int = 0
+    events: int = 0
+    delays_s: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class StateBatchHandler:
+    """foreachBatch of the state query: one collect, then events, metrics and history from the driver."""
+
+    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats) -> None:
+        self.exporter = exporter
+        self.stats = stats
+        self.events = EventsPublisher(config)
+        self.history = HistoryWriter(config.stream.history_dir)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        out: pd.DataFrame = batch.toPandas()
+        events = out[out["kind"] == KIND_EVENT]
+        partitions = out[out["kind"] == KIND_PARTITION]
+        written = self.events.publish(zip(events["event_id"], events["payload"], strict=True), batch_id)
+        decoded = [json.loads(p) for p in written]
+        self.exporter.count_events(decoded)
+        if not partitions.empty:
+            self.exporter.update_partitions(partitions.drop(columns=["kind", "event_id", "event_type", "payload"]))
+        all_events = [json.loads(p) for p in events["payload"]]
+        self.history.write_events(all_events, batch_id)
+        self.history.write_partitions(partitions, batch_id)
+        now = time.time()
+        self.exporter.count("replmon_job_batches_total", ())
+        self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.events += len(decoded)
+            if not partitions.empty:
+                newest = float(partitions["sample_time_ms"].max()) / 1000
+                self.stats.delays_s.append(now - newest)
+                self.exporter.set_job("replmon_job_sample_to_metric_delay_seconds", now - newest)
+
+
+class QuarantineBatchHandler:
+    def __init__(self, events: EventsPublisher, exporter: JobExporter) -> None:
+        self.events = events
+        self.exporter = exporter
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        bad: pd.DataFrame = batch.toPandas()
+        if bad.empty:
+            return
+        self.events.quarantine(bad)
+        for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
+            self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
+
+
+class ProgressListener(StreamingQueryListener):
+    """The job's own health, from Spark's query progress."""
+
+    def __init__(self, exporter: JobExporter) -> None:
+        self.exporter = exporter
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if progress.name != "replmon-state":
+            return
+        self.exporter.set_job("replmon_job_batch_duration_seconds", progress.batchDuration / 1000.0)
+        self.exporter.set_job("replmon_job_input_rows_per_second", float(progress.inputRowsPerSecond or 0))
+        self.exporter.set_job("replmon_job_processed_rows_per_second", float(progress.processedRowsPerSecond or 0))
+        rows = sum(op.numRowsTotal for op in progress.stateOperators)
+        self.exporter.set_job("replmon_job_state_rows", float(rows))
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+@dataclass
+class RunningJob:
+    spark: SparkSession
+    queries: list[StreamingQuery]
+    exporter: JobExporter
+    stats: JobStats
+    port: int
+
+    def stop(self) -> None:
+        for query in self.queries:
+            try:
+                query.stop()
+            except Exception as exc:  # stopping is best effort
+                log.warning("stopping %s: %s", query.name, exc)
+
+    def await_any(self, timeout_s: float | None = None) -> None:
+        """Block until a query ends (raises its error)."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while deadline is None or time.monotonic() < deadline:
+            for query in self.queries:
+                if not query.isActive:
+                    exc = query.exception()
+                    if exc is not None:
+                        raise RuntimeError(f"query {query.name} failed: {exc}")
+                    return
+            self.spark.streams.awaitAnyTermination(timeout=1)
+
+
+def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter | None = None) -> RunningJob:
+    stream = config.stream
+    exporter = exporter or JobExporter(stream.series_budget)
+    port = exporter.serve(stream.metrics_host, stream.metrics_port)
+    stats = JobStats()
+    spark.streams.addListener(ProgressListener(exporter))
+    parsed = parse_samples(kafka_source(spark, config), stream.state_buckets)
+    state_handler = StateBatchHandler(config, exporter, stats)
+    valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
+    processed = (valid.select("bucket", "kind", "p", "r", "sample_time_ms", "cycle")
+                 .groupBy("bucket")
+                 .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
+                     stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime"))
+    trigger = f"{stream.trigger_interval_s} seconds"
+    checkpoint = stream.checkpoint_dir
+    state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
+                   .option("checkpointLocation", str(checkpoint / "state")).trigger(processingTime=trigger).start())
+    quarantine_query = (parsed.filter(F.col("reason").isNotNull())
+                        .select("raw", "key", "partition", "offset", "reason")
+                        .writeStream.queryName("replmon-quarantine")
+                        .foreachBatch(QuarantineBatchHandler(state_handler.events, exporter))
+                        .option("checkpointLocation", str(checkpoint / "quarantine"))
+                        .trigger(processingTime=trigger).start())
+    return RunningJob(spark, [state_query, quarantine_query], exporter, stats, port)

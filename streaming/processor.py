@@ -1,0 +1,195 @@
+"""The stateful heart of the job: samples of a state bucket in, events and per-partition metrics out.
+
+Partitions are hashed into ``stream.state_buckets`` buckets; each bucket keeps ONE state value, the pickled map
+``(cluster, topic, partition) -> PartitionState`` of its few hundred partitions. Per-key state calls from Python
+cost ~1 ms each, so a key per partition would cap the job at a few thousand samples per second; a bucket costs
+one read and one write per micro-batch whatever its size. The detection itself is :mod:`streaming.detect`
+(pure, tested without Spark); this module only moves rows in and out of it.
+
+A processing-time timer per bucket fires every ``stale_after`` / 2 to find partitions that went silent.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pandas as pd
+from pyspark.sql.streaming.stateful_processor import (
+    ExpiredTimerInfo,
+    StatefulProcessor,
+    StatefulProcessorHandle,
+    TimerValues,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    BooleanType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
+from streaming.events import Event
+from streaming.state import PartitionState
+
+PartitionKey = tuple[str, str, int]
+Table = dict[PartitionKey, PartitionState]
+
+KIND_EVENT = "event"
+KIND_PARTITION = "partition"
+
+STATE_SCHEMA = StructType([StructField("partitions", BinaryType(), True)])
+
+OUTPUT_SCHEMA = StructType([
+    StructField("kind", StringType(), False),
+    StructField("cluster", StringType(), False),
+    StructField("topic", StringType(), True),
+    StructField("partition", LongType(), True),
+    StructField("sample_time_ms", LongType(), True),
+    StructField("event_id", StringType(), True),
+    StructField("event_type", StringType(), True),
+    StructField("payload", StringType(), True),
+    StructField("leader", LongType(), True),
+    StructField("leader_epoch", LongType(), True),
+    StructField("replica_count", LongType(), True),
+    StructField("isr_size", LongType(), True),
+    StructField("min_insync_replicas", LongType(), True),
+    StructField("offline", BooleanType(), True),
+    StructField("under_replicated", BooleanType(), True),
+    StructField("under_min_isr", BooleanType(), True),
+    StructField("at_min_isr", BooleanType(), True),
+    StructField("high_watermark", LongType(), True),
+    StructField("log_end_offset", LongType(), True),
+    StructField("log_start_offset", LongType(), True),
+    StructField("hw_lag", LongType(), True),
+    StructField("max_follower_lag", LongType(), True),
+    StructField("health", LongType(), True),
+    StructField("follower_lag", MapType(LongType(), LongType()), True),
+    StructField("isr", ArrayType(LongType()), True),
+    StructField("replicas", ArrayType(LongType()), True),
+    StructField("hw_stalled", BooleanType(), True),
+    StructField("stale", BooleanType(), True),
+])
+OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
+
+
+def event_row(event: Event) -> dict[str, Any]:
+    return {"kind": KIND_EVENT, "cluster": event.cluster, "topic": event.topic, "partition": event.partition,
+            "sample_time_ms": event.event_time_ms, "event_id": event.event_id, "event_type": str(event.type),
+            "payload": event.model_dump_json()}
+
+
+def partition_row(m: PartitionMetrics, st: PartitionState) -> dict[str, Any]:
+    return {
+        "kind": KIND_PARTITION, "cluster": m.cluster, "topic": m.topic, "partition": m.partition,
+        "sample_time_ms": m.sample_time_ms, "leader": m.leader, "leader_epoch": m.leader_epoch,
+        "replica_count": m.replica_count, "isr_size": m.isr_size, "min_insync_replicas": m.min_insync_replicas,
+        "offline": m.offline, "under_replicated": m.under_replicated, "under_min_isr": m.under_min_isr,
+        "at_min_isr": m.at_min_isr, "high_watermark": m.high_watermark, "log_end_offset": m.log_end_offset,
+        "log_start_offset": m.log_start_offset, "hw_lag": m.hw_lag, "max_follower_lag": m.max_follower_lag,
+        "health": int(m.health), "follower_lag": {b: lag for b, lag in m.follower_lag.items() if lag is not None},
+        "isr": list(st.meta.isr), "replicas": list(st.meta.replicas), "hw_stalled": st.hw_stalled,
+        "stale": st.stale,
+    }
+
+
+def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
+                   ) -> tuple[Table, list[dict[str, Any]]]:
+    """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
+    ``kind`` ('p' partition sample, 'r' replica sample), ``p`` and ``r`` (the samples as dicts),
+    ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: every event, and the newest
+    metrics of each partition that got a partition sample."""
+    ordered = samples.sort_values(["sample_time_ms", "cycle"], kind="stable")
+    rows: list[dict[str, Any]] = []
+    touched: set[PartitionKey] = set()
+    table = dict(table)
+    for kind, p, r in zip(ordered["kind"].tolist(), ordered["p"].tolist(), ordered["r"].tolist(), strict=True):
+        if kind == "p":
+            key = (p["cluster"], p["topic"], int(p["partition"]))
+            state, events, _ = step_dict(table.get(key), p, cfg, now_ms)
+            touched.add(key)
+        else:
+            key = (r["cluster"], r["topic"], int(r["partition"]))
+            state, events = step_replica(table.get(key), r, cfg, now_ms)
+        table[key] = state
+        rows.extend(event_row(e) for e in events)
+    for key in touched:
+        state = table[key]
+        rows.append(partition_row(metrics_of(state), state))
+    return table, rows
+
+
+def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, list[dict[str, Any]]]:
+    """The timer: STALE for every partition silent for longer than ``cfg.stale_after_ms``."""
+    rows: list[dict[str, Any]] = []
+    table = dict(table)
+    for key, state in table.items():
+        new, events = expire(state, now_ms, cfg)
+        if events:
+            table[key] = new
+            rows.extend(event_row(e) for e in events)
+            rows.append(partition_row(metrics_of(new), new))
+    return table, rows
+
+
+_EMPTY_ROW: dict[str, Any] = dict.fromkeys(OUTPUT_COLUMNS)
+
+
+def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Output rows as a frame; absent values are None (a NaN in a map or array column breaks Arrow)."""
+    frame = pd.DataFrame([{**_EMPTY_ROW, **row} for row in rows], columns=OUTPUT_COLUMNS)
+    for column in ("follower_lag", "isr", "replicas"):
+        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
+    return frame
+
+
+class ReplicationProcessor(StatefulProcessor):
+    """transformWithStateInPandas processor over state buckets."""
+
+    def __init__(self, cfg: DetectConfig) -> None:
+        self.cfg = cfg
+        self.timer_period_ms = max(1000, cfg.stale_after_ms // 2)
+
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.handle = handle
+        self.state = handle.getValueState("partitions", STATE_SCHEMA)
+
+    def _load(self) -> Table:
+        if not self.state.exists():
+            return {}
+        value = self.state.get()
+        return pickle.loads(value[0]) if value and value[0] is not None else {}
+
+    def _save(self, table: Table) -> None:
+        self.state.update((pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),))
+
+    def _ensure_timer(self, now_ms: int) -> None:
+        if not list(self.handle.listTimers()):
+            self.handle.registerTimer(now_ms + self.timer_period_ms)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: TimerValues) -> Iterator[pd.DataFrame]:
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        chunks = list(rows)
+        samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+        table, out = process_bucket(self._load(), samples, self.cfg, now_ms)
+        self._save(table)
+        self._ensure_timer(now_ms)
+        yield _frame(out)
+
+    def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
+                           expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
+        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        table, out = expire_bucket(self._load(), self.cfg, now_ms)
+        if out:
+            self._save(table)
+        self.handle.registerTimer(now_ms + self.timer_period_ms)
+        yield _frame(out)
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,205 @@
+"""Spark schemas and validation, derived from the pydantic records (collectors.samples, streaming.events).
+
+Nothing here spells a field out: the Spark StructType of each record and the checks a sample must pass (required
+fields, types, bounds, lengths) are read off the pydantic models, so a field added there is parsed and
+validated here without a second definition.
+"""
+
+from __future__ import annotations
+
+import types
+from dataclasses import dataclass
+from enum import Enum
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import annotated_types
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+_NONE = type(None)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    ge: int | None = None
+    le: int | None = None
+    min_len: int | None = None
+    max_len: int | None = None
+
+    def merged(self, other: Bounds) -> Bounds:
+        return Bounds(
+            ge=other.ge if other.ge is not None else self.ge,
+            le=other.le if other.le is not None else self.le,
+            min_len=other.min_len if other.min_len is not None else self.min_len,
+            max_len=other.max_len if other.max_len is not None else self.max_len,
+        )
+
+
+def _bounds_of(meta: list[Any]) -> Bounds:
+    b = Bounds()
+    for item in meta:
+        if isinstance(item, FieldInfo):
+            b = b.merged(_bounds_of(list(item.metadata)))
+        elif isinstance(item, annotated_types.Ge):
+            b = b.merged(Bounds(ge=int(item.ge)))  # type: ignore[call-overload]
+        elif isinstance(item, annotated_types.Gt):
+            b = b.merged(Bounds(ge=int(item.gt) + 1))  # type: ignore[call-overload]
+        elif isinstance(item, annotated_types.Le):
+            b = b.merged(Bounds(le=int(item.le)))  # type: ignore[call-overload]
+        elif isinstance(item, annotated_types.MinLen):
+            b = b.merged(Bounds(min_len=item.min_length))
+        elif isinstance(item, annotated_types.MaxLen):
+            b = b.merged(Bounds(max_len=item.max_length))
+    return b
+
+
+def _unwrap(annotation: Any) -> tuple[Any, bool, Bounds]:
+    """(the bare type, whether None is allowed, the bounds of Annotated layers)."""
+    optional = False
+    bounds = Bounds()
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            base, *meta = get_args(annotation)
+            bounds = bounds.merged(_bounds_of(meta))
+            annotation = base
+        elif origin in (Union, types.UnionType):
+            args = [a for a in get_args(annotation) if a is not _NONE]
+            optional = optional or len(args) < len(get_args(annotation))
+            if len(args) != 1:
+                raise TypeError(f"unions other than Optional are not derivable: {annotation}")
+            annotation = args[0]
+        else:
+            return annotation, optional, bounds
+
+
+def spark_type(annotation: Any) -> DataType:
+    base, _, _ = _unwrap(annotation)
+    origin = get_origin(base)
+    if origin is list:
+        return ArrayType(spark_type(get_args(base)[0]), containsNull=False)
+    if origin is dict:
+        key, value = get_args(base)
+        return MapType(spark_type(key), spark_type(value))
+    if origin is Literal:
+        return StringType()
+    if isinstance(base, type):
+        if issubclass(base, BaseModel):
+            return spark_schema(base)
+        if issubclass(base, bool):
+            return BooleanType()
+        if issubclass(base, Enum) or issubclass(base, str):
+            return StringType()
+        if issubclass(base, int):
+            return LongType()
+        if issubclass(base, float):
+            return DoubleType()
+    raise TypeError(f"no Spark type for {annotation!r}")
+
+
+def json_name(name: str, field: FieldInfo) -> str:
+    return field.alias or name
+
+
+def spark_schema(model: type[BaseModel]) -> StructType:
+    """The StructType of a pydantic model's JSON form (aliases as names)."""
+    return StructType([
+        StructField(json_name(name, f), spark_type(f.annotation), nullable=True)
+        for name, f in model.model_fields.items()
+    ])
+
+
+# ---------------------------------------------------------------------------------------------- validation
+MALFORMED_JSON = "malformed_json"
+UNKNOWN_SCHEMA = "unknown_schema"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+OUT_OF_RANGE = "out_of_range"
+BAD_LENGTH = "bad_length"
+QUARANTINE_REASONS = (MALFORMED_JSON, UNKNOWN_SCHEMA, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE, BAD_LENGTH)
+
+
+def _scalar_checks(value: Column, bounds: Bounds, base: Any, where: str) -> list[tuple[Column, str]]:
+    checks: list[tuple[Column, str]] = []
+    if isinstance(base, type) and issubclass(base, int) and not issubclass(base, bool):
+        if bounds.ge is not None:
+            checks.append((value < F.lit(bounds.ge), f"{OUT_OF_RANGE}:{where}"))
+        if bounds.le is not None:
+            checks.append((value > F.lit(bounds.le), f"{OUT_OF_RANGE}:{where}"))
+    if bounds.min_len is not None or bounds.max_len is not None:
+        length = F.size(value) if get_origin(base) is list else F.length(value)
+        if bounds.min_len is not None:
+            checks.append((length < F.lit(bounds.min_len), f"{BAD_LENGTH}:{where}"))
+        if bounds.max_len is not None:
+            checks.append((length > F.lit(bounds.max_len), f"{BAD_LENGTH}:{where}"))
+    return checks
+
+
+def violations(model: type[BaseModel], parsed: Column, raw: Column) -> list[tuple[Column, str]]:
+    """Every check a JSON record must pass to be a valid ``model``: (bad-condition, reason) pairs."""
+    out: list[tuple[Column, str]] = []
+    for name, f in model.model_fields.items():
+        key = json_name(name, f)
+        raw_field = F.get_json_object(raw, f"$.{key}")
+        out += _field_violations(parsed[key], raw_field, f.annotation, f.is_required(), key)
+    return out
+
+
+def _field_violations(value: Column, raw_json: Column | None, annotation: Any, required: bool,
+                      where: str) -> list[tuple[Column, str]]:
+    base, optional, bounds = _unwrap(annotation)
+    out: list[tuple[Column, str]] = []
+    if required and not optional:
+        if raw_json is not None:
+            out.append((raw_json.isNull() & value.isNull(), f"{MISSING_FIELD}:{where}"))
+            out.append((raw_json.isNotNull() & value.isNull(), f"{WRONG_TYPE}:{where}"))
+        else:
+            out.append((value.isNull(), f"{MISSING_FIELD}:{where}"))
+    elif raw_json is not None:
+        out.append((raw_json.isNotNull() & value.isNull(), f"{WRONG_TYPE}:{where}"))
+    out += [(value.isNotNull() & cond, reason) for cond, reason in _scalar_checks(value, bounds, base, where)]
+    origin = get_origin(base)
+    if origin is list:
+        (item_type,) = get_args(base)
+        item_checks = _item_check_builder(item_type, f"{where}[]")
+        for reason, build in item_checks:
+            out.append((value.isNotNull() & F.exists(value, build), reason))
+    elif isinstance(base, type) and issubclass(base, BaseModel):
+        for name, f in base.model_fields.items():
+            key = json_name(name, f)
+            out += [(value.isNotNull() & c, r)
+                    for c, r in _field_violations(value[key], None, f.annotation, f.is_required(), f"{where}.{key}")]
+    return out
+
+
+def _item_check_builder(item_type: Any, where: str) -> list[tuple[str, Any]]:
+    """(reason, lambda x -> bad-condition) for the items of a list (checked with Spark's ``exists``)."""
+    _, optional, _ = _unwrap(item_type)
+    probe = _field_violations(F.lit(None), None, item_type, not optional, where)
+    return [(reason, _make_item_lambda(item_type, not optional, where, index))
+            for index, (_cond, reason) in enumerate(probe)]
+
+
+def _make_item_lambda(item_type: Any, required: bool, where: str, index: int) -> Any:
+    def build(x: Column) -> Column:
+        return _field_violations(x, None, item_type, required, where)[index][0]
+
+    return build
+
+
+def first_violation(checks: list[tuple[Column, str]]) -> Column:
+    """The reason of the first failed check, or null when the record is valid."""
+    return F.coalesce(*[F.when(cond, F.lit(reason)) for cond, reason in checks], F.lit(None).cast("string"))

@@ -1,0 +1,88 @@
+"""The Spark session of the job: local master, Spark's official Kafka source, RocksDB state store, and the
+project's own Python interpreter for the Python workers."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from replmon.config import StreamConfig
+from replmon.errors import ReplmonError
+from replmon.localcluster.artifacts import MAVEN_REPOSITORY_ENV
+from replmon.paths import cache_dir
+
+SPARK_VERSION = "4.0.0"
+KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def connector_jars(jars_dir: Path) -> list[str]:
+    """The jars of an air-gapped site's connector directory (spark-sql-kafka-0-10 and its dependencies)."""
+    jars = sorted(str(p) for p in Path(jars_dir).expanduser().glob("*.jar"))
+    if not any("spark-sql-kafka-0-10" in Path(j).name for j in jars):
+        raise ReplmonError(f"stream.kafka_jars_dir {jars_dir} holds no spark-sql-kafka-0-10 jar")
+    return jars
+
+
+def ivy_settings(cache: Path, repository: str | None = None) -> str:
+    """Ivy settings for spark.jars.packages: Maven Central (or a mirror) only, cached under ``cache``.
+
+    Spark's default chain also asks ~/.m2, where a POM without its jar (left by Maven) fails the resolution."""
+    root = repository or "https://repo1.maven.org/maven2/"
+    return (
+        "<ivysettings>\n"
+        '  <settings defaultResolver="central"/>\n'
+        f'  <caches defaultCacheDir="{cache / "cache"}"/>\n'
+        f'  <resolvers><ibiblio name="central" m2compatible="true" root="{root}"/></resolvers>\n'
+        "</ivysettings>\n"
+    )
+
+
+def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
+    """Every setting the job's session gets (pure: tested without Spark)."""
+    conf = {
+        "spark.app.name": app_name,
+        "spark.master": cfg.spark_master,
+        "spark.ui.enabled": "false",
+        "spark.driver.memory": "2g",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.default.parallelism": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.streaming.noDataMicroBatches.enabled": "true",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.python.worker.reuse": "true",
+    }
+    if cfg.kafka_jars_dir is not None:
+        conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
+    else:
+        ivy = cache_dir() / "ivy"
+        ivy.mkdir(parents=True, exist_ok=True)
+        settings = ivy / "ivysettings.xml"
+        settings.write_text(ivy_settings(ivy, os.environ.get(MAVEN_REPOSITORY_ENV)))
+        conf["spark.jars.ivy"] = str(ivy)
+        conf["spark.jars.ivySettings"] = str(settings)
+        conf["spark.jars.packages"] = KAFKA_CONNECTOR
+    conf.update(cfg.spark_conf)
+    return conf
+
+
+def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
+    # Spark's Python workers run the interpreter of this process: the project's venv.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder
+    for key, value in spark_conf(cfg, app_name).items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as exc:  # the JVM did not start or the connector did not resolve
+        raise ReplmonError(f"cannot start Spark: {str(exc).splitlines()[0]}") from exc
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

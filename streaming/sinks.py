@@ -1,0 +1,184 @@
+"""Where the job's output goes: the events topic, the quarantine topic, and the history (Parquet).
+
+Exactly-once by id: Spark re-runs the last micro-batch after a crash, and the detection is deterministic, so a
+replayed batch yields the same events with the same ids. The events publisher remembers the ids it wrote (and,
+at start, reads back the newest records of the events topic), so a replayed event is not written twice. History
+files are named after the micro-batch, so a replayed batch overwrites its own files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from replmon.config import ReplmonConfig
+from replmon.kafka_topics import ensure_topic
+
+log = logging.getLogger(__name__)
+
+RECENT_IDS = 200_000
+"""Event ids remembered for de-duplication (far more than one micro-batch can hold)."""
+READ_BACK_PER_PARTITION = 20_000
+
+
+class RecentIds:
+    """A bounded, insertion-ordered set."""
+
+    def __init__(self, capacity: int = RECENT_IDS) -> None:
+        self.capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def __contains__(self, event_id: object) -> bool:
+        return event_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def add(self, event_id: str) -> None:
+        self._ids[event_id] = None
+        self._ids.move_to_end(event_id)
+        while len(self._ids) > self.capacity:
+            self._ids.popitem(last=False)
+
+
+def read_back_ids(config: ReplmonConfig, topic: str, per_partition: int = READ_BACK_PER_PARTITION) -> list[str]:
+    """Keys (event ids) of the newest records of ``topic``: what a previous run of the job already wrote."""
+    consumer = KafkaConsumer(bootstrap_servers=config.samples_bootstrap(), enable_auto_commit=False,
+                             group_id=None, consumer_timeout_ms=2000, isolation_level="read_committed",
+                             client_id="replmon-events-readback", **config.samples_security().kafka_python())
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in parts]
+        if not tps:
+            return []
+        consumer.assign(tps)
+        end = consumer.end_offsets(tps)
+        start = consumer.beginning_offsets(tps)
+        for tp in tps:
+            consumer.seek(tp, max(start[tp], end[tp] - per_partition))
+        ids: list[str] = []
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            batch = consumer.poll(timeout_ms=1000)
+            if not batch:
+                break
+            for records in batch.values():
+                ids.extend(r.key.decode() for r in records if r.key)
+        return ids
+    finally:
+        consumer.close()
+
+
+class EventsPublisher:
+    """Writes events (JSON, keyed by event id) to the events topic, each id once."""
+
+    def __init__(self, config: ReplmonConfig) -> None:
+        self.topic = config.transport.events_topic
+        ensure_topic(config, self.topic)
+        ensure_topic(config, config.transport.quarantine_topic)
+        self.quarantine_topic = config.transport.quarantine_topic
+        self.recent = RecentIds()
+        for event_id in read_back_ids(config, self.topic):
+            self.recent.add(event_id)
+        self.producer = KafkaProducer(bootstrap_servers=config.samples_bootstrap(), acks="all",
+                                      enable_idempotence=True, linger_ms=20, compression_type="zstd",
+                                      client_id="replmon-job-events", **config.samples_security().kafka_python())
+
+    def publish(self, events: Iterable[tuple[str, str]], batch_id: int) -> list[str]:
+        """Write ``(event_id, payload)`` pairs not written before; wait for the acknowledgements. Returns the
+        payloads written now (the ones to count)."""
+        written = []
+        futures = []
+        for event_id, payload in events:
+            if event_id in self.recent:
+                continue
+            futures.append(self.producer.send(self.topic, key=event_id.encode(), value=payload.encode(),
+                                              headers=[("replmon-batch", str(batch_id).encode())]))
+            written.append((event_id, payload))
+        self.producer.flush()
+        for future in futures:
+            future.get(timeout=30)  # raises: the batch fails and Spark retries it
+        for event_id, _ in written:
+            self.recent.add(event_id)
+        return [payload for _, payload in written]
+
+    def quarantine(self, records: pd.DataFrame) -> None:
+        """Bad samples with their reason, for someone to look at (``records`` from the quarantine query)."""
+        for row in records.itertuples(index=False):
+            value = json.dumps({"reason": row.reason, "source_partition": int(row.partition),
+                                "source_offset": int(row.offset), "value": row.raw})
+            self.producer.send(self.quarantine_topic, key=row.key, value=value.encode())
+        self.producer.flush()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.producer.close(timeout=5)
+
+
+HISTORY_SNAPSHOT_INTERVAL_MS = 60_000
+SNAPSHOT_SIGNATURE = ["leader", "leader_epoch", "isr_size", "health", "offline", "under_min_isr", "stale",
+                      "hw_stalled"]
+
+
+class HistoryWriter:
+    """Parquet history under ``stream.history_dir``: ``events/`` and ``partitions/``, partitioned by cluster
+    and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._last: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+
+    def _write(self, table: pd.DataFrame, kind: str, batch_id: int) -> None:
+        if table.empty:
+            return
+        dated = table.assign(date=[datetime.fromtimestamp(t / 1000, tz=UTC).strftime("%Y-%m-%d")
+                                   for t in table["sample_time_ms"]])
+        pq.write_to_dataset(pa.Table.from_pandas(dated, preserve_index=False), root_path=str(self.root / kind),
+                            partition_cols=["cluster", "date"],
+                            basename_template=f"batch-{batch_id:012d}-{{i}}.parquet",
+                            existing_data_behavior="overwrite_or_ignore")
+
+    def write_events(self, events: list[dict[str, Any]], batch_id: int) -> None:
+        if events:
+            frame = pd.DataFrame(events)
+            frame["sample_time_ms"] = frame["event_time_ms"]
+            for column in ("brokers", "isr", "previous_isr"):
+                frame[column] = frame[column].map(lambda v: json.dumps(v) if v is not None else None)
+            self._write(frame, "events", batch_id)
+
+    def write_partitions(self, rows: pd.DataFrame, batch_id: int) -> None:
+        if rows.empty:
+            return
+        keep = []
+        for i, row in enumerate(rows.itertuples(index=False)):
+            key = (row.cluster, row.topic, int(row.partition))
+            signature = tuple(getattr(row, c) for c in SNAPSHOT_SIGNATURE)
+            last = self._last.get(key)
+            if last is None or last[1:] != signature or row.sample_time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS:
+                self._last[key] = (row.sample_time_ms, *signature)
+                keep.append(i)
+        if keep:
+            frame = rows.iloc[keep].drop(columns=["follower_lag", "isr", "replicas"]).copy()
+            frame["isr"] = [json.dumps([int(b) for b in v]) if v is not None else None for v in rows.iloc[keep]["isr"]]
+            self._write(frame, "partitions", batch_id)
+
+
+def read_events(root: Path) -> pd.DataFrame:
+    """Every event in the history, de-duplicated by id, oldest first."""
+    path = Path(root) / "events"
+    if not path.exists():
+        return pd.DataFrame()
+    frame = pq.read_table(str(path)).to_pandas()
+    if frame.empty:
+        return frame
+    return frame.drop_duplicates("event_id").sort_values("event_time_ms", kind="stable").reset_index(drop=True)
