@@ -83,15 +83,15 @@ def main() -> None:
     verified = VerifiedBatches()  # as the agent keeps it across cycles
     for cycle in range(args.cycles):
         ctx = ScanContext(cluster="bench", agent_id="bench", cycle=cycle, sample_time_ms=0)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         checked_before = verified.checked
         scan = scan_log_dir(root, ctx, verified=verified)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
         errors = sum(1 for s in scan.samples if s.error)
         print(f"cycle {cycle}: {len(scan.samples)} replicas in {elapsed:.2f} s "
               f"({elapsed / max(1, len(scan.samples)) * 1e6:.0f} us/replica), {errors} with errors, "
               f"{verified.checked - checked_before} CRC checks, "
-              f"{os.cpu_count()} cpus")
+              f"{cpu:.2f} s CPU, {os.cpu_count()} cpus, load {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
