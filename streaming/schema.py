@@ -154,8 +154,13 @@ def violations(model: type[BaseModel], parsed: Column, raw: Column) -> list[tupl
     for name, f in model.model_fields.items():
         key = json_name(name, f)
         raw_field = F.get_json_object(raw, f"$.{key}")
-        out += _field_violations(parsed[key], raw_field, f.annotation, f.is_required(), key)
+        out += _field_violations(parsed[key], raw_field, _annotated(f), f.is_required(), key)
     return out
+
+
+def _annotated(f: FieldInfo) -> Any:
+    """The field's annotation with the constraints given on the field itself (``Field(max_length=...)``)."""
+    return Annotated[f.annotation, *f.metadata] if f.metadata else f.annotation
 
 
 def _field_violations(value: Column, raw_json: Column | None, annotation: Any, required: bool,
@@ -181,7 +186,7 @@ def _field_violations(value: Column, raw_json: Column | None, annotation: Any, r
         for name, f in base.model_fields.items():
             key = json_name(name, f)
             out += [(value.isNotNull() & c, r)
-                    for c, r in _field_violations(value[key], None, f.annotation, f.is_required(), f"{where}.{key}")]
+                    for c, r in _field_violations(value[key], None, _annotated(f), f.is_required(), f"{where}.{key}")]
     return out
 
 

@@ -264,7 +264,7 @@ class LocalCluster:
         for node in self.spec.nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
             if node.role == NodeRole.CONTROLLER:
-                props = properties.controller_properties(node.port, node.data_dir)
+                props = properties.controller_properties(node.port, node.data_dir, self.spec.broker_overrides)
             else:
                 props = properties.broker_properties(node.node_id, node.port, controller.port, node.data_dir,
                                                      self.spec.broker_overrides)

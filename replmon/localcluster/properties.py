@@ -37,6 +37,10 @@ BROKER_DEFAULTS: dict[str, str] = {
 }
 """Broker settings of the local cluster; ``replmon cluster up --set KEY=VALUE`` overrides any of them."""
 
+TOPIC_DEFAULTS = ("min.insync.replicas", "default.replication.factor", "num.partitions",
+                  "unclean.leader.election.enable")
+"""In KRaft the controller creates topics and elects leaders: these defaults must be its settings too."""
+
 CONTROLLER_HEAP = "256m"
 BROKER_HEAP = "512m"
 
@@ -46,8 +50,11 @@ def render(props: Mapping[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in props.items())
 
 
-def controller_properties(controller_port: int, data_dir: Path) -> dict[str, str]:
+def controller_properties(controller_port: int, data_dir: Path,
+                          overrides: Mapping[str, str] | None = None) -> dict[str, str]:
+    settings = {**BROKER_DEFAULTS, **(overrides or {})}
     return {
+        **{key: settings[key] for key in TOPIC_DEFAULTS},
         "process.roles": "controller",
         "node.id": str(CONTROLLER_ID),
         "controller.quorum.voters": f"{CONTROLLER_ID}@127.0.0.1:{controller_port}",

@@ -1,0 +1,150 @@
+"""The job's moving parts that need no Spark: the bucket processor (samples in, rows out), the Prometheus
+exporter (series budget, aggregates, counters), the events de-duplication and the history files."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
+
+from collectors.samples import PartitionSample, ReplicaOffsets, to_json
+from streaming.detect import DetectConfig
+from streaming.exporter import JobExporter
+from streaming.metrics_catalog import CATALOG
+from streaming.processor import KIND_EVENT, KIND_PARTITION, expire_bucket, process_bucket
+from streaming.sinks import HistoryWriter, RecentIds, read_events
+
+CFG = DetectConfig(stale_after_ms=10_000)
+
+
+def sample(cycle: int, isr: list[int], leader: int = 1, epoch: int = 0, hw: int = 100, partition: int = 0,
+           leos: dict[int, int] | None = None) -> dict[str, Any]:
+    leos = leos or {1: hw, 2: hw, 3: hw}
+    s = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=1_000_000 + cycle * 1000,
+                        topic="t", partition=partition, leader=leader, leader_epoch=epoch, replicas=[1, 2, 3],
+                        isr=isr, high_watermark=hw, min_insync_replicas=2,
+                        replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in leos.items()])
+    return json.loads(to_json(s))
+
+
+def frame(*samples: dict[str, Any]) -> pd.DataFrame:
+    return pd.DataFrame({"kind": ["p"] * len(samples), "p": list(samples), "r": [None] * len(samples),
+                         "sample_time_ms": [s["sample_time_ms"] for s in samples],
+                         "cycle": [s["cycle"] for s in samples]})
+
+
+def test_bucket_processor_orders_samples_and_emits_one_metrics_row_per_partition() -> None:
+    # shuffled input: the shrink (cycle 2) must be seen after the full ISR (cycle 1)
+    batch = frame(sample(2, [1, 2], leos={1: 120, 2: 120, 3: 100}), sample(1, [1, 2, 3]),
+                  sample(1, [1, 2, 3], partition=1))
+    table, rows = process_bucket({}, batch, CFG, now_ms=2_000_000)
+    events = [r for r in rows if r["kind"] == KIND_EVENT]
+    metrics = [r for r in rows if r["kind"] == KIND_PARTITION]
+    assert [e["event_type"] for e in events] == ["ISR_SHRINK"]
+    assert json.loads(events[0]["payload"])["brokers"] == [3]
+    assert sorted((m["partition"], m["isr_size"]) for m in metrics) == [(0, 2), (1, 3)]
+    assert {("c", "t", 0), ("c", "t", 1)} == set(table)
+    # the same batch again (a replayed micro-batch) from the same state: the same rows, the same ids
+    _, again = process_bucket({}, batch, CFG, now_ms=2_000_000)
+    assert [r.get("event_id") for r in again] == [r.get("event_id") for r in rows]
+    # and applied on top of the new state: nothing new to say
+    _, repeated = process_bucket(table, batch, CFG, now_ms=2_000_000)
+    assert not [r for r in repeated if r["kind"] == KIND_EVENT]
+
+
+def test_timer_marks_silent_partitions_stale_once() -> None:
+    table, _ = process_bucket({}, frame(sample(1, [1, 2, 3])), CFG, now_ms=1_000_000)
+    quiet, rows = expire_bucket(table, CFG, now_ms=1_000_000 + 5_000)
+    assert rows == []
+    stale, rows = expire_bucket(quiet, CFG, now_ms=1_000_000 + 11_000)
+    assert [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["STALE"]
+    assert [r["stale"] for r in rows if r["kind"] == KIND_PARTITION] == [True]
+    _, rows = expire_bucket(stale, CFG, now_ms=1_000_000 + 30_000)
+    assert rows == []
+
+
+def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
+    rows = []
+    for p in range(n):
+        bad = p in unhealthy
+        rows.append({"cluster": "c", "topic": "t", "partition": p, "sample_time_ms": 5_000, "leader": 1,
+                     "leader_epoch": 0, "replica_count": 3, "isr_size": 2 if bad else 3, "min_insync_replicas": 2,
+                     "offline": False, "under_replicated": bad, "under_min_isr": False, "at_min_isr": bad,
+                     "high_watermark": 10, "log_end_offset": 10, "log_start_offset": 0, "hw_lag": 0,
+                     "max_follower_lag": 7 if bad else 0, "health": 2 if bad else 5,
+                     "follower_lag": {2: 0, 3: 7 if bad else 0}, "isr": [1, 2] if bad else [1, 2, 3],
+                     "replicas": [1, 2, 3], "hw_stalled": False, "stale": False})
+    return pd.DataFrame(rows)
+
+
+def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out
+
+
+def test_exporter_budget_aggregates_and_counters_over_http() -> None:
+    exporter = JobExporter(series_budget=3)
+    port = exporter.serve("127.0.0.1", 0)
+    exporter.update_partitions(metrics_rows(10, unhealthy={4, 8}))
+    exporter.count_events([
+        {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": 42},
+        {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": False},
+        {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": True},
+    ])
+    m = scrape(port)
+    exported = {labels["partition"] for labels, _ in m["replmon_partition_isr_size"]}
+    assert len(exported) == 3 and {"4", "8"} <= exported  # the unhealthy ones first
+    assert m["replmon_cluster_partitions"] == [({"cluster": "c"}, 10.0)]
+    assert m["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 2.0)]
+    out_of_isr = {labels["broker"]: v for labels, v in m["replmon_broker_out_of_isr_replicas"]}
+    assert out_of_isr == {"1": 0.0, "2": 0.0, "3": 2.0}
+    lag = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_lag_messages"]}
+    assert lag[("4", "3")] == 7.0 and lag[("4", "1")] == 0.0
+    assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 42.0)]
+    assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
+    assert m["replmon_job_partition_series_dropped"] == [({}, 7.0)]
+    # a newer row of a partition replaces the older one
+    newer = metrics_rows(1, unhealthy=set()).assign(partition=4, sample_time_ms=6_000)
+    exporter.update_partitions(newer)
+    assert scrape(port)["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
+
+
+def test_everything_exported_is_in_the_catalogue() -> None:
+    exporter = JobExporter(series_budget=100)
+    exporter.update_partitions(metrics_rows(2, unhealthy={1}))
+    exporter.count_events([{"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE"}])
+    exporter.count("replmon_quarantined_samples_total", ("malformed_json",))
+    exporter.set_job("replmon_job_batch_duration_seconds", 1.5)
+    names = {f.name + ("_total" if f.type == "counter" else "") for f in exporter.collect()}
+    catalogue = {s.name for s in CATALOG}
+    assert names <= catalogue
+    assert "replmon_quarantined_samples_total" in names
+
+
+def test_recent_ids_are_bounded_and_ordered() -> None:
+    ids = RecentIds(capacity=3)
+    for i in range(5):
+        ids.add(str(i))
+    assert len(ids) == 3 and "0" not in ids and "4" in ids
+
+
+def test_history_is_idempotent_per_batch(tmp_path: Path) -> None:
+    writer = HistoryWriter(tmp_path)
+    event = {"event_id": "e1", "type": "ISR_SHRINK", "severity": "warning", "cluster": "c", "topic": "t",
+             "partition": 0, "event_time_ms": 1_700_000_000_000, "detected_time_ms": 1_700_000_000_500,
+             "brokers": [3], "isr": [1, 2], "previous_isr": [1, 2, 3], "message": "m"}
+    writer.write_events([event], batch_id=7)
+    writer.write_events([event], batch_id=7)  # the replay of batch 7
+    writer.write_events([{**event, "event_id": "e2", "event_time_ms": 1_700_000_001_000}], batch_id=8)
+    events = read_events(tmp_path)
+    assert list(events["event_id"]) == ["e1", "e2"]
+    files = list((tmp_path / "events").rglob("*.parquet"))
+    assert len(files) == 2 and all("cluster=c" in str(f) and "date=2023-11-14" in str(f) for f in files)

@@ -1,0 +1,258 @@
+"""End to end on the real cluster: faults caused on Kafka -> collector -> samples topic -> Spark job -> the
+/metrics endpoint and the events topic. Expected values come from Kafka's own view (tests.kafka_view) and from
+the sequenced producer and consumer, never from replmon."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kafka import KafkaConsumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from replmon.localcluster import LocalCluster
+from replmon.localcluster.cluster import free_port
+from replmon.workload import SequencedProducer, readable_sequences
+from tests.kafka_view import KafkaView, wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+TOPIC_PREFIX = "e2e-"
+DEADLINE_S = 120
+
+
+class Pipeline:
+    """The collector and the job as the operator runs them: `replmon collect` and `replmon stream`. Samples and
+    events travel on a separate one-broker cluster, as they should in production: the watched cluster loses
+    most of its brokers in these tests."""
+
+    def __init__(self, cluster: LocalCluster, transport: LocalCluster, root: Path) -> None:
+        self.cluster = cluster
+        self.transport = transport
+        self.root = root
+        self.metrics_port = free_port()
+        self.config = root / "replmon.yaml"
+        self.events_topic = "e2e.replmon.events"
+        self.config.write_text(yaml.safe_dump({
+            "clusters": [{
+                "name": "local", "bootstrap_servers": cluster.bootstrap_servers.split(","),
+                "topics": {"include": [f"{TOPIC_PREFIX}.*"]},
+            }],
+            "collector": {"interval_s": 1.0, "request_timeout_ms": 2000, "metrics_port": free_port(),
+                          "lineage_refresh_cycles": 5, "config_refresh_cycles": 2},
+            "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","),
+                          "samples_topic": "e2e.replmon.samples", "events_topic": self.events_topic,
+                          "quarantine_topic": "e2e.replmon.quarantine", "topic_partitions": 2},
+            "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(root / "checkpoint"),
+                       "history_dir": str(root / "history"), "starting_offsets": "earliest",
+                       "metrics_port": self.metrics_port, "state_buckets": 8, "stale_after_s": 120,
+                       "hw_stalled_after_s": 120},
+        }))
+        self.collector = self._start("collect")
+        self.job: subprocess.Popen[bytes] | None = None
+        self.start_job()
+
+    def _start(self, command: str) -> subprocess.Popen[bytes]:
+        log = (self.root / f"{command}.log").open("ab")
+        return subprocess.Popen([sys.executable, "-m", "replmon.cli", command, "--config", str(self.config)],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def start_job(self) -> None:
+        self.job = self._start("stream")
+        wait_until(lambda: self.metric("replmon_job_batches_total"), DEADLINE_S, "the job's first micro-batch")
+
+    def kill_job(self) -> None:
+        assert self.job is not None
+        self.job.send_signal(signal.SIGKILL)
+        self.job.wait(timeout=30)
+
+    def stop(self) -> None:
+        for proc in (self.job, self.collector):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        assert self.job is not None and self.job.poll() is None, (self.root / "stream.log").read_text()[-3000:]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(body):
+            for s in family.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        for got, value in self.scrape().get(name, []):
+            if all(got.get(k) == v for k, v in labels.items()):
+                return value
+        return None
+
+    def events(self) -> list[dict[str, Any]]:
+        consumer = KafkaConsumer(bootstrap_servers=self.transport.bootstrap_servers, enable_auto_commit=False,
+                                 group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed")
+        try:
+            tps = [TopicPartition(self.events_topic, p) for p in consumer.partitions_for_topic(self.events_topic) or ()]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            end = consumer.end_offsets(tps)
+            out: list[dict[str, Any]] = []
+            while any(consumer.position(tp) < end[tp] for tp in tps):
+                for records in consumer.poll(timeout_ms=500).values():
+                    out.extend(json.loads(r.value) for r in records)
+            return out
+        finally:
+            consumer.close()
+
+    def wait_event(self, what: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            return next((e for e in self.events() if match(e)), None)
+
+        return wait_until(probe, DEADLINE_S, what, interval_s=1.0)
+
+
+@pytest.fixture(scope="module")
+def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    cluster.heal()
+    transport = LocalCluster.up(tmp_path_factory.mktemp("transport"), brokers=1, die_with_parent=True)
+    p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"))
+    try:
+        yield p
+    finally:
+        p.stop()
+        transport.down(purge=True)
+
+
+@pytest.fixture
+def e2e_topic(topic_name: str) -> str:
+    return TOPIC_PREFIX + topic_name
+
+
+def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e["topic"] == topic and e["type"] == type_
+
+
+def test_paused_follower_gives_isr_shrink_and_the_gauge_drops_then_expand(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]})
+    producer_factory(e2e_topic).wait_acknowledged(50)
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
+               DEADLINE_S, "the ISR-size gauge at 3")
+
+    healthy_cluster.pause(3)
+    wait_until(lambda: 3 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
+    shrink = pipeline.wait_event("ISR_SHRINK", of(e2e_topic, "ISR_SHRINK"))
+    assert shrink["brokers"] == [3]
+    assert shrink["isr"] == kafka_view.partition(e2e_topic).isr
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 2,
+               DEADLINE_S, "the ISR-size gauge at 2")
+    assert pipeline.metric("replmon_partition_under_replicated", topic=e2e_topic, partition="0") == 1
+    assert pipeline.metric("replmon_replica_in_isr", topic=e2e_topic, partition="0", broker="3") == 0
+
+    healthy_cluster.resume(3)
+    expand = pipeline.wait_event("ISR_EXPAND", of(e2e_topic, "ISR_EXPAND"))
+    assert expand["brokers"] == [3]
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
+               DEADLINE_S, "the ISR-size gauge back at 3")
+
+
+def test_killed_leader_gives_leader_change_with_the_next_epoch(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    kafka_view.create_topic(e2e_topic, assignment={0: [2, 3, 1]})
+    producer_factory(e2e_topic).wait_acknowledged(50)
+    before = kafka_view.partition(e2e_topic)
+    wait_until(lambda: pipeline.metric("replmon_partition_leader_epoch", topic=e2e_topic, partition="0")
+               == before.leader_epoch, DEADLINE_S, "the leader epoch gauge")
+
+    healthy_cluster.kill(2)
+    after = wait_until(lambda: (v := kafka_view.partition(e2e_topic)).leader not in (-1, 2) and v, 30,
+                       "Kafka to elect a new leader")
+    change = pipeline.wait_event("LEADER_CHANGE", of(e2e_topic, "LEADER_CHANGE"))
+    assert change["previous_leader"] == 2 and change["leader"] == after.leader
+    assert change["leader_epoch"] == before.leader_epoch + 1 == after.leader_epoch
+    assert change["clean"] is True
+    wait_until(lambda: pipeline.metric("replmon_partition_leader_epoch", topic=e2e_topic, partition="0")
+               == after.leader_epoch, DEADLINE_S, "the leader epoch gauge at +1")
+
+
+def test_unclean_election_gives_unclean_leader_change_and_the_exact_committed_loss(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
+    producer = producer_factory(e2e_topic, acks=1)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    replicated = producer.acknowledged()
+    end = max(offset for _, offset in replicated.values()) + 1
+    wait_until(lambda: kafka_view.high_watermark(e2e_topic) == end and len(kafka_view.partition(e2e_topic).isr) == 3,
+               30, "every replica to hold every message")
+
+    healthy_cluster.stop(2)
+    healthy_cluster.stop(3)
+    wait_until(lambda: kafka_view.partition(e2e_topic).isr == [1], 30, "the ISR to shrink to the leader")
+    producer.resume()
+    producer.wait_acknowledged(150)
+    producer.pause()
+    acknowledged = producer.acknowledged()
+    high_watermark = kafka_view.high_watermark(e2e_topic)
+    # replmon must have seen the committed offsets before the leader dies
+    wait_until(lambda: pipeline.metric("replmon_partition_high_watermark", topic=e2e_topic, partition="0")
+               == high_watermark, DEADLINE_S, "the high watermark gauge to reach Kafka's")
+
+    healthy_cluster.kill(1)
+    healthy_cluster.start(2)
+    wait_until(lambda: kafka_view.partition(e2e_topic).leader == -1, 30, "the partition to go offline")
+    healthy_cluster.elect_unclean(e2e_topic, 0)
+    wait_until(lambda: kafka_view.partition(e2e_topic).leader == 2, 30, "the unclean election of broker 2")
+
+    lost = set(acknowledged) - set(readable_sequences(healthy_cluster.bootstrap_servers, e2e_topic))
+    assert lost, "acknowledged messages must be gone"
+
+    change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
+                                 and e["leader"] == 2)
+    assert change["clean"] is False
+    regression = pipeline.wait_event("HW_REGRESSION", of(e2e_topic, "HW_REGRESSION"))
+    assert regression["committed_lost"] == len(lost)
+    wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
+               == len(lost), DEADLINE_S, "the committed-loss counter")
+    assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1
+
+
+def test_job_killed_mid_stream_loses_and_duplicates_no_event(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    kafka_view.create_topic(e2e_topic, assignment={0: [3, 1, 2]})
+    producer_factory(e2e_topic).wait_acknowledged(20)
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
+               DEADLINE_S, "the ISR-size gauge at 3")
+
+    pipeline.kill_job()  # SIGKILL: no chance to finish its batch or commit
+    healthy_cluster.stop(2)  # happens while the job is down
+    wait_until(lambda: 2 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
+    pipeline.start_job()
+    shrink = pipeline.wait_event("ISR_SHRINK after restart", of(e2e_topic, "ISR_SHRINK"))
+    assert shrink["brokers"] == [2]
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 2,
+               DEADLINE_S, "the gauge right after the restart")
+    healthy_cluster.start(2)
+    pipeline.wait_event("ISR_EXPAND after restart", of(e2e_topic, "ISR_EXPAND"))
+
+    ids = [e["event_id"] for e in pipeline.events()]
+    assert len(ids) == len(set(ids)), "an event id appears twice in the events topic"

@@ -1,0 +1,108 @@
+"""Parsing and validation of samples on a real Spark session: the schema and the checks derived from the
+pydantic models, and the quarantine reason of each kind of bad record."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+
+from collectors.samples import EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample, to_json
+from streaming import schema
+from streaming.events import Event
+from streaming.job import parse_samples
+
+KAFKA_RECORD = StructType([
+    StructField("key", BinaryType()), StructField("value", BinaryType()),
+    StructField("partition", IntegerType()), StructField("offset", LongType()),
+])
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[1]").appName("replmon-test-parsing")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+               .getOrCreate())
+    yield session
+    session.stop()
+
+
+def partition_sample(**changes: Any) -> dict[str, Any]:
+    sample = PartitionSample(
+        cluster="c1", collector_id="col", cycle=7, sample_time_ms=1_700_000_000_000, topic="orders",
+        partition=3, leader=1, leader_epoch=4, replicas=[1, 2, 3], isr=[1, 2], high_watermark=100,
+        replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=105), ReplicaOffsets(broker_id=2, log_end_offset=100)],
+        epoch_lineage=[EpochEntry(leader_epoch=4, start_offset=90)], min_insync_replicas=2,
+    )
+    data: dict[str, Any] = json.loads(to_json(sample))
+    data.update(changes)
+    return data
+
+
+def parse(spark: SparkSession, values: list[bytes | None]) -> list[dict[str, Any]]:
+    rows = [(b"k", v, 0, i) for i, v in enumerate(values)]
+    parsed = parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), buckets=8)
+    return [r.asDict(recursive=True) for r in parsed.orderBy("offset").collect()]
+
+
+def test_spark_schema_has_every_field_of_the_models() -> None:
+    for model in (PartitionSample, ReplicaSample, Event):
+        names = [f.name for f in schema.spark_schema(model).fields]
+        assert names == [f.alias or n for n, f in model.model_fields.items()]
+    lineage = schema.spark_schema(PartitionSample)["epoch_lineage"].dataType
+    assert lineage.elementType.fieldNames() == ["leader_epoch", "start_offset"]  # type: ignore[attr-defined]
+
+
+def test_valid_samples_pass_with_their_values(spark: SparkSession) -> None:
+    replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",
+                            topic="orders", partition=3, log_end_offset=100,
+                            epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0)])
+    out = parse(spark, [json.dumps(partition_sample()).encode(), to_json(replica)])
+    assert [r["reason"] for r in out] == [None, None]
+    assert [r["kind"] for r in out] == ["p", "r"]
+    p = out[0]["p"]
+    assert p["high_watermark"] == 100 and p["isr"] == [1, 2]
+    assert p["replica_offsets"][0] == {"broker_id": 1, "log_end_offset": 105, "error": None, "error_detail": None}
+    assert out[1]["r"]["log_end_offset"] == 100
+    # both samples of partition orders-3 land in the same state bucket
+    assert out[0]["bucket"] == out[1]["bucket"]
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"{not json", "malformed_json"),
+        (b"[1, 2, 3]", "malformed_json"),
+        (None, "malformed_json"),
+        (json.dumps({"schema": "partition/v9"}).encode(), "unknown_schema"),
+        (json.dumps({"cluster": "c1"}).encode(), "unknown_schema"),
+        (json.dumps({k: v for k, v in partition_sample().items() if k != "leader"}).encode(),
+         "missing_field:leader"),
+        (json.dumps(partition_sample(leader_epoch="four")).encode(), "wrong_type:leader_epoch"),
+        (json.dumps(partition_sample(high_watermark=-5)).encode(), "out_of_range:high_watermark"),
+        (json.dumps(partition_sample(high_watermark=2**63 - 1)).encode(), "out_of_range:high_watermark"),
+        (json.dumps(partition_sample(topic="")).encode(), "bad_length:topic"),
+        (json.dumps(partition_sample(topic="x" * 300)).encode(), "bad_length:topic"),
+        (json.dumps(partition_sample(isr=[1, -7])).encode(), "out_of_range:isr[]"),
+        (json.dumps(partition_sample(replica_offsets=[{"broker_id": 1, "log_end_offset": -1}])).encode(),
+         "out_of_range:replica_offsets[].log_end_offset"),
+    ],
+)
+def test_bad_records_get_their_reason(spark: SparkSession, value: bytes | None, reason: str) -> None:
+    (row,) = parse(spark, [value])
+    assert row["reason"] == reason
+
+
+def test_bad_records_do_not_disturb_good_ones(spark: SparkSession) -> None:
+    good = json.dumps(partition_sample()).encode()
+    out = parse(spark, [good, b"\x00\xff garbage", good, json.dumps(partition_sample(cycle=-1)).encode()])
+    assert [r["reason"] is None for r in out] == [True, False, True, False]
+    assert out[3]["reason"] == "out_of_range:cycle"
