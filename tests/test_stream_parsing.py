@@ -39,7 +39,8 @@ def partition_sample(**changes: Any) -> dict[str, Any]:
     sample = PartitionSample(
         cluster="c1", collector_id="col", cycle=7, sample_time_ms=1_700_000_000_000, topic="orders",
         partition=3, leader=1, leader_epoch=4, replicas=[1, 2, 3], isr=[1, 2], high_watermark=100,
-        replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=105), ReplicaOffsets(broker_id=2, log_end_offset=100)],
+        replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=105),
+                         ReplicaOffsets(broker_id=2, log_end_offset=100)],
         epoch_lineage=[EpochEntry(leader_epoch=4, start_offset=90)], min_insync_replicas=2,
     )
     data: dict[str, Any] = json.loads(to_json(sample))
