@@ -29,11 +29,10 @@ from typing import IO, Any, Protocol
 from collectors.metrics import CollectorMetrics
 from collectors.samples import CycleSample, Sample, sample_key, to_json
 from replmon.config import ReplmonConfig
+from replmon.kafka_topics import ensure_topic
 
 log = logging.getLogger(__name__)
 
-TOPIC_COMPRESSION = "zstd"
-"""compression.type of the samples topic: the brokers store samples zstd-compressed (JSON compresses ~10x)."""
 BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 MAX_IN_FLIGHT = 20_000
@@ -108,33 +107,7 @@ def _kafka_producer(kw: dict[str, Any]) -> Any:
 
 def ensure_samples_topic(config: ReplmonConfig) -> None:
     """Create ``transport.samples_topic`` on the samples cluster unless it exists (retention, compression)."""
-    from kafka.admin import KafkaAdminClient
-    from kafka.errors import TopicAlreadyExistsError
-
-    transport = config.transport
-    admin = KafkaAdminClient(bootstrap_servers=config.samples_bootstrap(),
-                             client_id="replmon-publisher-admin", request_timeout_ms=10_000,
-                             bootstrap_timeout_ms=10_000,
-                             **config.samples_security().kafka_python())
-    try:
-        # The replication factor is explicit: in KRaft a -1 takes the controller's default.replication.factor.
-        brokers = len(admin._manager.cluster.brokers()) or 1
-        spec = {"num_partitions": transport.topic_partitions,
-                "replication_factor": transport.topic_replication_factor or min(3, brokers),
-                "configs": {"retention.ms": str(transport.retention_ms),
-                            "compression.type": TOPIC_COMPRESSION}}
-        try:
-            result = admin.create_topics({transport.samples_topic: spec}, timeout_ms=10_000,
-                                         raise_errors=False)
-        except TopicAlreadyExistsError:
-            return
-        for topic in result.get("topics", []):
-            code = topic.get("error_code", 0)
-            if code not in (0, TopicAlreadyExistsError.errno):
-                raise RuntimeError(f"creating topic {transport.samples_topic} failed: error code {code} "
-                                   f"{topic.get('error_message') or ''}".strip())
-    finally:
-        admin.close()
+    ensure_topic(config, config.transport.samples_topic)
 
 
 class SamplePublisher:

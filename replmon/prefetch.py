@@ -1,10 +1,11 @@
-"""Download and cache every artifact replmon runs from Maven Central (Kafka for the local cluster, and Spark's
-Kafka connector once the job exists), so that later starts need no network: ``python -m replmon.prefetch``."""
+"""Download and cache every artifact replmon runs from Maven Central, so that later starts need no network:
+Apache Kafka for the local cluster, and Spark's Kafka connector for the job. ``python -m replmon.prefetch``."""
 
 from __future__ import annotations
 
 import sys
 
+from replmon.config import StreamConfig
 from replmon.errors import ReplmonError
 from replmon.localcluster import artifacts
 
@@ -13,6 +14,11 @@ def main() -> int:
     try:
         libs = artifacts.kafka_libs()
         print(f"kafka {artifacts.KAFKA_VERSION}: {libs}")
+        from streaming.session import KAFKA_CONNECTOR, get_session
+
+        spark = get_session(StreamConfig(spark_master="local[1]"), app_name="replmon-prefetch")
+        spark.stop()
+        print(f"spark connector {KAFKA_CONNECTOR}: cached")
     except ReplmonError as exc:
         print(f"replmon: {exc}", file=sys.stderr)
         return 2
