@@ -1,0 +1,143 @@
+"""The replmon pipeline as the operator runs it, for end-to-end tests: `replmon collect` and `replmon stream`
+as subprocesses with a YAML configuration, samples and events on a separate one-broker transport cluster.
+Shared by tests/test_stream_e2e.py and tests/test_prometheus_e2e.py (one definition)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kafka import KafkaConsumer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
+
+from replmon.localcluster import LocalCluster
+from replmon.localcluster.cluster import free_port
+from tests.kafka_view import wait_until
+
+TOPIC_PREFIX = "e2e-"
+DEADLINE_S = 120
+
+
+class Pipeline:
+    """The collector and the job as the operator runs them: `replmon collect` and `replmon stream`. Samples and
+    events travel on a separate one-broker cluster, as they should in production: the watched cluster loses
+    most of its brokers in these tests."""
+
+    def __init__(self, cluster: LocalCluster, transport: LocalCluster, root: Path,
+                 topic_prefix: str = TOPIC_PREFIX) -> None:
+        self.cluster = cluster
+        self.transport = transport
+        self.root = root
+        self.metrics_port = free_port()
+        self.collector_metrics_port = free_port()
+        self.config = root / "replmon.yaml"
+        self.events_topic = "e2e.replmon.events"
+        self.config.write_text(yaml.safe_dump({
+            "clusters": [{
+                "name": "local", "bootstrap_servers": cluster.bootstrap_servers.split(","),
+                "topics": {"include": [f"{topic_prefix}.*"]},
+            }],
+            "collector": {"interval_s": 1.0, "request_timeout_ms": 2000, "metrics_port": self.collector_metrics_port,
+                          "lineage_refresh_cycles": 5, "config_refresh_cycles": 2},
+            "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","),
+                          "samples_topic": "e2e.replmon.samples", "events_topic": self.events_topic,
+                          "quarantine_topic": "e2e.replmon.quarantine", "topic_partitions": 2},
+            "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(root / "checkpoint"),
+                       "history_dir": str(root / "history"), "starting_offsets": "earliest",
+                       "metrics_port": self.metrics_port, "state_buckets": 8, "stale_after_s": 120,
+                       "hw_stalled_after_s": 120},
+        }))
+        self.collector = self._start("collect")
+        self.job: subprocess.Popen[bytes] | None = None
+        self.start_job()
+
+    def _start(self, command: str) -> subprocess.Popen[bytes]:
+        log = (self.root / f"{command}.log").open("ab")
+        return subprocess.Popen([sys.executable, "-m", "replmon.cli", command, "--config", str(self.config)],
+                                stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def start_job(self) -> None:
+        self.job = self._start("stream")
+        wait_until(lambda: self.metric("replmon_job_batches_total"), DEADLINE_S, "the job's first micro-batch")
+
+    def kill_job(self) -> None:
+        assert self.job is not None
+        self.job.send_signal(signal.SIGKILL)
+        self.job.wait(timeout=30)
+
+    def stop(self) -> None:
+        for proc in (self.job, self.collector):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+
+    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+        assert self.job is not None and self.job.poll() is None, (self.root / "stream.log").read_text()[-3000:]
+        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
+        out: dict[str, list[tuple[dict[str, str], float]]] = {}
+        for family in text_string_to_metric_families(body):
+            for s in family.samples:
+                out.setdefault(s.name, []).append((s.labels, s.value))
+        return out
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        for got, value in self.scrape().get(name, []):
+            if all(got.get(k) == v for k, v in labels.items()):
+                return value
+        return None
+
+    def events(self) -> list[dict[str, Any]]:
+        consumer = KafkaConsumer(bootstrap_servers=self.transport.bootstrap_servers, enable_auto_commit=False,
+                                 group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed")
+        try:
+            tps = [TopicPartition(self.events_topic, p) for p in consumer.partitions_for_topic(self.events_topic) or ()]
+            consumer.assign(tps)
+            consumer.seek_to_beginning(*tps)
+            end = consumer.end_offsets(tps)
+            out: list[dict[str, Any]] = []
+            while any(consumer.position(tp) < end[tp] for tp in tps):
+                for records in consumer.poll(timeout_ms=500).values():
+                    out.extend(json.loads(r.value) for r in records)
+            return out
+        finally:
+            consumer.close()
+
+    def wait_event(self, what: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            return next((e for e in self.events() if match(e)), None)
+
+        return wait_until(probe, DEADLINE_S, what, interval_s=1.0)
+
+
+@contextlib.contextmanager
+def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
+                     topic_prefix: str = TOPIC_PREFIX) -> Iterator[Pipeline]:
+    """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both; all stopped (and
+    the transport cluster deleted) on exit."""
+    cluster.heal()
+    transport = LocalCluster.up(tmp_path_factory.mktemp("transport"), brokers=1, die_with_parent=True)
+    try:
+        p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix)
+        try:
+            yield p
+        finally:
+            p.stop()
+    finally:
+        transport.down(purge=True)
+
+
+def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e["topic"] == topic and e["type"] == type_
