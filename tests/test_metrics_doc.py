@@ -58,7 +58,8 @@ def test_check_mode_fails_on_a_stale_doc(tmp_path: Path) -> None:
     ok = subprocess.run([sys.executable, str(SCRIPT), "--check"], cwd=ROOT, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     module = _generator()
-    module.DOC = tmp_path / "metrics.md"
-    module.DOC.write_text("# old\n")
+    stale = tmp_path / "metrics.md"
+    stale.write_text("# old\n")
+    setattr(module, "DOC", stale)
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0 and module.main(["--check"]) == 0
