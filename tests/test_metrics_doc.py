@@ -60,6 +60,6 @@ def test_check_mode_fails_on_a_stale_doc(tmp_path: Path) -> None:
     module = _generator()
     stale = tmp_path / "metrics.md"
     stale.write_text("# old\n")
-    setattr(module, "DOC", stale)
+    module.__dict__["DOC"] = stale
     assert module.main(["--check"]) == 1
     assert module.main([]) == 0 and module.main(["--check"]) == 0
