@@ -23,10 +23,10 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
     except Exception as exc:
         raise ReplmonError(f"cannot reach the samples cluster {','.join(config.samples_bootstrap())}: {exc}") from exc
     try:
-        # explicit replication factor: in KRaft a -1 takes the controller's default.replication.factor
-        brokers = len(admin._manager.cluster.brokers()) or 1
+        # no replication factor configured: the cluster's default.replication.factor (-1), never a guess from the
+        # brokers that happen to be registered right now
         spec = {"num_partitions": transport.topic_partitions,
-                "replication_factor": transport.topic_replication_factor or min(3, brokers),
+                "replication_factor": transport.topic_replication_factor or -1,
                 "configs": {"retention.ms": str(transport.retention_ms), "compression.type": TOPIC_COMPRESSION}}
         try:
             result = admin.create_topics({topic: spec}, timeout_ms=10_000, raise_errors=False)

@@ -38,11 +38,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 @pytest.fixture
-def healthy_cluster(cluster: LocalCluster) -> Iterator[LocalCluster]:
+def healthy_cluster(cluster: LocalCluster, kafka_view: KafkaView) -> Iterator[LocalCluster]:
     """The session cluster with every broker running, before and after the test (fault tests use it)."""
     cluster.heal()
+    kafka_view.reconnect()
     yield cluster
     cluster.heal()
+    kafka_view.reconnect()
 
 
 @pytest.fixture(scope="session")

@@ -66,15 +66,17 @@ class KafkaView:
     def close(self) -> None:
         self.reconnect()
 
-    def _describe(self, topic: str) -> dict[str, Any]:
+    def call(self, request: Callable[[KafkaAdminClient], T]) -> T:
+        """Run ``request`` with the admin client; on any failure once more with a fresh client (kafka-python
+        keeps sending to a controller or broker that was killed since)."""
         try:
-            return self.admin.describe_topic_partitions([topic])  # type: ignore[no-any-return]
+            return request(self.admin)
         except Exception:
             self.reconnect()
-            raise
+            return request(self.admin)
 
     def partition(self, topic: str, partition: int = 0) -> PartitionView:
-        result = self._describe(topic)
+        result = self.call(lambda admin: admin.describe_topic_partitions([topic]))
         for t in result["topics"]:
             for p in t["partitions"]:
                 if p["partition_index"] == partition:
@@ -87,11 +89,15 @@ class KafkaView:
 
     def high_watermark(self, topic: str, partition: int = 0) -> int:
         tp = TopicPartition(topic, partition)
-        try:
-            return int(self.admin.list_partition_offsets({tp: OffsetSpec.LATEST})[tp].offset)
-        except Exception:
-            self.reconnect()
-            raise
+        return int(self.call(lambda admin: admin.list_partition_offsets({tp: OffsetSpec.LATEST}))[tp].offset)
+
+    def topic_config(self, topic: str) -> dict[str, str]:
+        """Every effective config of ``topic`` (name -> value)."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        result = self.call(lambda admin: admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"))
+        return {name: entry["value"] for name, entry in result["topic"][topic].items()}
 
     def create_topic(self, name: str, assignment: dict[int, list[int]] | None = None, partitions: int = 1,
                      replication_factor: int = 3, configs: dict[str, str] | None = None) -> None:
@@ -101,7 +107,7 @@ class KafkaView:
         else:
             spec["num_partitions"] = partitions
             spec["replication_factor"] = replication_factor
-        self.admin.create_topics({name: spec}, timeout_ms=15000)
+        self.call(lambda admin: admin.create_topics({name: spec}, timeout_ms=15000))
         count = len(assignment) if assignment else partitions
         wait_until(lambda: all(self.partition(name, p).leader >= 0 for p in range(count)), 30,
                    f"leaders for {name}")

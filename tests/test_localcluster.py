@@ -248,15 +248,11 @@ def test_unclean_election_loses_acknowledged_messages(
 
 
 @pytest.mark.cluster
-def test_topic_defaults_apply_to_topics_created_without_settings(cluster: LocalCluster, kafka_view: KafkaView,
-                                                                topic_name: str) -> None:
+def test_topic_defaults_apply_to_topics_created_without_settings(healthy_cluster: LocalCluster,
+                                                                kafka_view: KafkaView, topic_name: str) -> None:
     """In KRaft the controller creates topics: the cluster's defaults must be the controller's too."""
-    from kafka.admin import ConfigResource, ConfigResourceType
-
-    kafka_view.admin.create_topics({topic_name: {}}, timeout_ms=15000)
+    kafka_view.call(lambda admin: admin.create_topics({topic_name: {}}, timeout_ms=15000))
     view = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader >= 0 and v, 30, "a leader")
     assert len(view.replicas) == int(BROKER_DEFAULTS["default.replication.factor"]) == 3
-    result = kafka_view.admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name)],
-                                               config_filter="all")
-    effective = result["topic"][topic_name]["min.insync.replicas"]["value"]
+    effective = kafka_view.topic_config(topic_name)["min.insync.replicas"]
     assert effective == BROKER_DEFAULTS["min.insync.replicas"] == "2"

@@ -18,10 +18,10 @@ CTX = ScanContext(cluster="local", agent_id="test", cycle=0, sample_time_ms=0)
 
 
 @pytest.fixture
-def view(cluster: LocalCluster) -> Iterator[KafkaView]:
+def view(healthy_cluster: LocalCluster) -> Iterator[KafkaView]:
     """Kafka's view through a client of this test alone: one that lived through brokers dying and coming back
     (earlier fault tests) may no longer find the cluster."""
-    fresh = KafkaView(cluster.bootstrap_servers)
+    fresh = KafkaView(healthy_cluster.bootstrap_servers)
     yield fresh
     fresh.close()
 

@@ -113,8 +113,8 @@ def samples_config(cluster: LocalCluster, topic_name: str) -> ReplmonConfig:
 
 
 @pytest.fixture
-def view(cluster: LocalCluster) -> Iterator[KafkaView]:
-    oracle = KafkaView(cluster.bootstrap_servers)
+def view(healthy_cluster: LocalCluster) -> Iterator[KafkaView]:
+    oracle = KafkaView(healthy_cluster.bootstrap_servers)
     yield oracle
     oracle.close()
 

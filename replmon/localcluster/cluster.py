@@ -253,7 +253,7 @@ class LocalCluster:
         nodes += [NodeSpec(node_id=i, role=NodeRole.BROKER, port=port_list[i], dir=cdir / f"broker-{i}")
                   for i in range(1, brokers + 1)]
         spec = ClusterSpec(dir=cdir, cluster_id=new_cluster_id(), kafka_version=artifacts.KAFKA_VERSION,
-                           nodes=nodes, broker_overrides=overrides)
+                           nodes=nodes, broker_overrides={**properties.sized_defaults(brokers), **overrides})
         cluster = cls(spec, die_with_parent)
         cluster._write_configs()
         return cluster

@@ -1,7 +1,7 @@
 """Configuration files of the local cluster's nodes (pure functions: values in, text out).
 
 The defaults make replication dynamics fast and visible in tests: a follower that stops fetching leaves the ISR
-after ``replica.lag.time.max.ms`` (3 s), a broker that stops heartbeating is fenced after 3 s, and
+after ``replica.lag.time.max.ms`` (3 s), a broker that stops heartbeating is fenced after 6 s, and
 ``min.insync.replicas`` is 2 so that one lost follower puts a partition at min ISR and two put it under.
 """
 
@@ -15,7 +15,7 @@ CONTROLLER_ID = 0
 BROKER_DEFAULTS: dict[str, str] = {
     "replica.lag.time.max.ms": "3000",
     "broker.heartbeat.interval.ms": "500",
-    "broker.session.timeout.ms": "3000",
+    "broker.session.timeout.ms": "6000",
     "min.insync.replicas": "2",
     "default.replication.factor": "3",
     "num.partitions": "1",
@@ -43,6 +43,17 @@ TOPIC_DEFAULTS = ("min.insync.replicas", "default.replication.factor", "num.part
 
 CONTROLLER_HEAP = "256m"
 BROKER_HEAP = "512m"
+
+
+def sized_defaults(brokers: int) -> dict[str, str]:
+    """Replication settings a cluster of ``brokers`` can satisfy (a one-broker cluster cannot hold RF 3)."""
+    if brokers >= 3:
+        return {}
+    rf = str(brokers)
+    min_isr = str(min(2, brokers) if brokers > 1 else 1)
+    return {"default.replication.factor": rf, "offsets.topic.replication.factor": rf,
+            "transaction.state.log.replication.factor": rf, "min.insync.replicas": min_isr,
+            "transaction.state.log.min.isr": min_isr}
 
 
 def render(props: Mapping[str, str]) -> str:

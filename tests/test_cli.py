@@ -1,0 +1,65 @@
+"""The command line of DESIGN.md is a contract: every command exists with its documented options, and the
+mistakes a user can make end as one clear line and exit status 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from replmon.cli import build_parser, main
+from replmon.errors import ReplmonError
+from streaming.cli import parse_since
+
+CONTRACT = [
+    ["cluster", "up", "--brokers", "3", "--dir", "/tmp/x"],
+    ["cluster", "status"],
+    ["cluster", "down"],
+    *[["cluster", "fault", action, "2"] for action in ("pause", "resume", "kill", "stop", "restart")],
+    ["collect", "--config", "c.yaml", "--once", "--output", "-"],
+    ["agent", "--log-dir", "/a", "/b", "--once", "--output", "-"],
+    ["stream", "--config", "c.yaml"],
+    ["run", "--config", "c.yaml"],
+    ["demo"],
+    ["dashboards", "build"],
+    ["dashboards", "push"],
+]
+
+
+@pytest.mark.parametrize("argv", CONTRACT, ids=lambda a: " ".join(a[:3]))
+def test_every_documented_invocation_parses(argv: list[str]) -> None:
+    args = build_parser().parse_args(argv)
+    assert callable(args.handler)
+
+
+@pytest.mark.parametrize("command", [["cluster"], ["cluster", "up"], ["cluster", "fault"], ["collect"], ["agent"],
+                                     ["stream"], ["run"], ["demo"], ["dashboards"], ["events"]])
+def test_help_describes_each_command(command: list[str]) -> None:
+    out = subprocess.run([sys.executable, "-m", "replmon.cli", *command, "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("usage: replmon " + " ".join(command))
+    assert len(out.stdout.splitlines()) > 3
+
+
+def test_bad_set_option_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cluster", "up", "--dir", "/nonexistent/x", "--set", "novalue"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "replmon: --set takes KEY=VALUE, not 'novalue'"
+
+
+def test_missing_config_file_is_one_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: config file {tmp_path / 'none.yaml'} does not exist"
+
+
+def test_since_takes_durations_and_iso_times() -> None:
+    now = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+    assert parse_since("15m", now) == datetime(2026, 11, 22, 11, 45, tzinfo=UTC)
+    assert parse_since("2d", now) == datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    assert parse_since("2026-11-22T10:00:00", now) == datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
+    with pytest.raises(ReplmonError, match="--since takes a duration"):
+        parse_since("yesterday", now)
