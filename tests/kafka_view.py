@@ -34,6 +34,20 @@ def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, inter
         time.sleep(interval_s)
 
 
+async def _describe_via(admin: KafkaAdminClient, topic: str, node_id: int) -> dict[str, Any]:
+    """DescribeTopicPartitions sent to one broker (kafka-python's helper picks any broker)."""
+    from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest
+
+    request = DescribeTopicPartitionsRequest(topics=[DescribeTopicPartitionsRequest.TopicRequest(name=topic)],
+                                             response_partition_limit=2000, cursor=None)
+    response = await admin._manager.send(request, node_id=node_id)
+    return {"topics": [{"partitions": [
+        {"partition_index": p.partition_index, "leader_id": p.leader_id, "leader_epoch": p.leader_epoch,
+         "replica_nodes": list(p.replica_nodes), "isr_nodes": list(p.isr_nodes),
+         "eligible_leader_replicas": list(p.eligible_leader_replicas or [])}
+        for p in t.partitions]} for t in response.topics]}
+
+
 @dataclass(frozen=True)
 class PartitionView:
     leader: int
@@ -51,7 +65,7 @@ class KafkaView:
     @property
     def admin(self) -> KafkaAdminClient:
         if self._admin is None:
-            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=5000,
+            self._admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=3000,
                                            client_id="replmon-test-oracle")
         return self._admin
 
@@ -75,8 +89,13 @@ class KafkaView:
             self.reconnect()
             return request(self.admin)
 
-    def partition(self, topic: str, partition: int = 0) -> PartitionView:
-        result = self.call(lambda admin: admin.describe_topic_partitions([topic]))
+    def partition(self, topic: str, partition: int = 0, via: int | None = None) -> PartitionView:
+        """Kafka's metadata of one partition; ``via`` names the broker to ask (one known to be alive: a paused
+        broker would hold the request until it times out)."""
+        if via is None:
+            result = self.call(lambda admin: admin.describe_topic_partitions([topic]))
+        else:
+            result = self.call(lambda admin: admin._manager.run(_describe_via, admin, topic, via))
         for t in result["topics"]:
             for p in t["partitions"]:
                 if p["partition_index"] == partition:

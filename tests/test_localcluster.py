@@ -175,10 +175,10 @@ def test_paused_follower_leaves_the_isr_and_returns_on_resume(
 
     healthy_cluster.pause(3)
     paused_at = time.monotonic()
-    wait_until(lambda: 3 not in kafka_view.partition(topic_name).isr, 2 * LAG_MAX_S,
+    wait_until(lambda: 3 not in kafka_view.partition(topic_name, via=1).isr, 2 * LAG_MAX_S,
                "broker 3 to leave the ISR within 2 x replica.lag.time.max.ms")
     assert time.monotonic() - paused_at <= 2 * LAG_MAX_S + 1
-    assert kafka_view.partition(topic_name).leader == 1
+    assert kafka_view.partition(topic_name, via=1).leader == 1
 
     healthy_cluster.resume(3)
     wait_until(lambda: sorted(kafka_view.partition(topic_name).isr) == [1, 2, 3], 60,
