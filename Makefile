@@ -4,7 +4,7 @@ setup:
 	@bash scripts/setup
 
 run: setup
-	.venv/bin/replmon cluster up
+	.venv/bin/replmon demo
 
 test: setup
 	.venv/bin/pytest

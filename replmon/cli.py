@@ -214,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     events.set_defaults(handler=_lazy("streaming.cli:events"))
 
     demo = sub.add_parser("demo", help="run + a workload + a scripted fault timeline, narrated in the terminal")
-    demo.set_defaults(handler=_not_yet("replmon demo"))
+    demo.set_defaults(handler=_lazy("replmon.demo:demo"))
 
     dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client")
     dashboards.add_argument("action", choices=["build", "push"])
