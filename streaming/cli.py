@@ -45,26 +45,33 @@ def _stop_on_signals() -> Iterator[list[int]]:
 
 
 def run_job_until_stopped(config: ReplmonConfig) -> int:
+    """Run the job until a signal; call it inside :func:`_stop_on_signals`."""
     from streaming.job import start_job
     from streaming.session import get_session
 
     spark = get_session(config.stream)
-    job = start_job(spark, config)
-    err.print(f"replmon stream: reading {config.transport.samples_topic} from {','.join(config.samples_bootstrap())}, "
-              f"metrics on http://{config.stream.metrics_host}:{job.port}/metrics")
     try:
-        with _stop_on_signals():
+        job = start_job(spark, config)
+        err.print(f"replmon stream: reading {config.transport.samples_topic} from "
+                  f"{','.join(config.samples_bootstrap())}, metrics on "
+                  f"http://{config.stream.metrics_host}:{job.port}/metrics")
+        try:
             job.await_any()
+        finally:
+            job.stop()
     except KeyboardInterrupt:
         err.print("replmon stream: stopping")
     finally:
-        job.stop()
         spark.stop()
     return 0
 
 
 def stream(args: argparse.Namespace) -> int:
-    return run_job_until_stopped(_config(args.config))
+    with _stop_on_signals():
+        try:
+            return run_job_until_stopped(_config(args.config))
+        except KeyboardInterrupt:
+            return 0
 
 
 def _children(config_path: Path | None, config: ReplmonConfig) -> list[list[str]]:
@@ -80,31 +87,48 @@ def _children(config_path: Path | None, config: ReplmonConfig) -> list[list[str]
 
 def run(args: argparse.Namespace) -> int:
     """Collector + agents (subprocesses) + the job (here); with no cluster configured, the local cluster,
-    started when it is not running."""
-    base = load_config(args.config)
-    if not base.clusters:
-        from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+    started when it is not running. SIGTERM or Ctrl-C stops all of them; the children also die with this
+    process if it is killed."""
+    from replmon.localcluster.cluster import die_with_parent
 
-        cdir = resolve_cluster_dir(None)
-        running = (cdir / "cluster.json").exists() and all(
-            s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
-        if not running:
-            err.print("replmon run: no cluster configured; starting the local cluster")
-            LocalCluster.up(cdir if (cdir / "cluster.json").exists() else None)
-    config = with_default_cluster(base)
-    procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
-             for cmd in _children(args.config, config)]
-    try:
-        return run_job_until_stopped(config)
-    finally:
-        for proc in procs:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    procs: list[subprocess.Popen[bytes]] = []
+    with _stop_on_signals():
+        try:
+            config = with_default_cluster(_ensure_local_cluster(load_config(args.config)))
+            procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=die_with_parent)
+                     for cmd in _children(args.config, config)]
+            return run_job_until_stopped(config)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            _stop_children(procs)
+
+
+def _ensure_local_cluster(base: ReplmonConfig) -> ReplmonConfig:
+    """With no cluster configured, make sure the local cluster runs (starting it if needed)."""
+    if base.clusters:
+        return base
+    from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+
+    cdir = resolve_cluster_dir(None)
+    running = (cdir / "cluster.json").exists() and all(
+        s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
+    if not running:
+        err.print("replmon run: no cluster configured; starting the local cluster")
+        LocalCluster.up(cdir if (cdir / "cluster.json").exists() else None)
+    return base
+
+
+def _stop_children(procs: list[subprocess.Popen[bytes]]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")

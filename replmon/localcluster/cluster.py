@@ -151,7 +151,7 @@ def _reap(pid: int) -> None:
         os.waitpid(pid, os.WNOHANG)
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+def die_with_parent() -> None:  # pragma: no cover - runs in the forked child
     """prctl(PR_SET_PDEATHSIG, SIGKILL): the node dies when the process that started it dies."""
     libc = ctypes.CDLL("libc.so.6", use_errno=True)
     libc.prctl(1, signal.SIGKILL)
@@ -299,7 +299,7 @@ class LocalCluster:
         with node.log_file.open("a") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node.dir,
-                start_new_session=True, preexec_fn=_die_with_parent if self.die_with_parent else None,
+                start_new_session=True, preexec_fn=die_with_parent if self.die_with_parent else None,
             )
         node.pid = proc.pid
         self._save()

@@ -1,0 +1,107 @@
+"""`replmon run`: collector, one log-dir agent per broker and the job together; the agents keep reporting a
+broker that is down; SIGTERM takes every child with it."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kafka import KafkaConsumer, TopicPartition
+
+from replmon.localcluster import LocalCluster
+from replmon.localcluster.cluster import free_port
+from tests.kafka_view import wait_until
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+def samples(transport: LocalCluster, topic: str) -> list[dict[str, Any]]:
+    consumer = KafkaConsumer(bootstrap_servers=transport.bootstrap_servers, enable_auto_commit=False,
+                             group_id=None, consumer_timeout_ms=1000)
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out: list[dict[str, Any]] = []
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(json.loads(r.value) for r in records)
+        return out
+    finally:
+        consumer.close()
+
+
+def replmon_children_of(pid: int) -> list[int]:
+    """Child processes running replmon commands (not Spark's JVM)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()
+            if b"replmon.cli" in Path(f"/proc/{p}/cmdline").read_bytes()]
+
+
+@pytest.fixture(scope="module")
+def transport(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    local = LocalCluster.up(tmp_path_factory.mktemp("run-transport"), brokers=1, die_with_parent=True)
+    yield local
+    local.down(purge=True)
+
+
+def test_run_starts_collector_agents_and_job_and_stops_them_all(
+    healthy_cluster: LocalCluster, transport: LocalCluster, tmp_path: Path
+) -> None:
+    port = free_port()
+    config = tmp_path / "replmon.yaml"
+    config.write_text(yaml.safe_dump({
+        "clusters": [{"name": "local", "bootstrap_servers": healthy_cluster.bootstrap_servers.split(","),
+                      "topics": {"include": ["run-.*"]},
+                      "log_dirs": {b: [str(healthy_cluster.broker_log_dir(b))] for b in healthy_cluster.broker_ids}}],
+        "collector": {"interval_s": 1.0, "metrics_port": free_port()},
+        "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","), "samples_topic": "run.samples",
+                      "events_topic": "run.events", "quarantine_topic": "run.quarantine"},
+        "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(tmp_path / "cp"),
+                   "history_dir": str(tmp_path / "history"), "metrics_port": port, "state_buckets": 4},
+    }))
+    from tests.kafka_view import KafkaView
+
+    view = KafkaView(healthy_cluster.bootstrap_servers)
+    view.create_topic("run-orders", assignment={0: [1, 2, 3]})
+    view.close()
+    log = (tmp_path / "run.log").open("wb")
+    run = subprocess.Popen([sys.executable, "-m", "replmon.cli", "run", "--config", str(config)],
+                           stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).status == 200,
+                   240, "the job's /metrics")
+        kids = replmon_children_of(run.pid)
+        assert len(kids) == 1 + len(healthy_cluster.broker_ids)  # the collector and an agent per broker
+
+        def from_agents() -> set[int]:
+            return {s["broker_id"] for s in samples(transport, "run.samples")
+                    if s["schema"] == "replica/v1" and s["topic"] == "run-orders"}
+
+        wait_until(lambda: from_agents() == set(healthy_cluster.broker_ids), 60, "replica samples of every broker")
+
+        stopped_at_ms = time.time() * 1000
+        healthy_cluster.stop(3)
+
+        def agent_sees_the_stopped_broker() -> bool:
+            return any(s["schema"] == "replica/v1" and s["broker_id"] == 3 and s["topic"] == "run-orders"
+                       and s["sample_time_ms"] > stopped_at_ms + 2000 and s["log_end_offset"] is not None
+                       for s in samples(transport, "run.samples"))
+
+        wait_until(agent_sees_the_stopped_broker, 60, "the agent to keep reading the stopped broker's log dir")
+        run.send_signal(signal.SIGTERM)
+        assert run.wait(timeout=90) == 0
+        wait_until(lambda: all(not Path(f"/proc/{k}").exists() for k in kids), 30, "every child to exit")
+    finally:
+        if run.poll() is None:
+            run.kill()
