@@ -47,6 +47,7 @@ from replmon.workload import SequencedProducer, readable_sequences
 STEP_TIMEOUT_S = 90.0
 """Longest wait for Kafka to act or for replmon to report, per wait."""
 JOB_START_TIMEOUT_S = 240.0
+MAX_RESTARTS = 2
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
@@ -92,6 +93,7 @@ class Demo:
     events: list[dict[str, Any]] = field(default_factory=list)
     metrics: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
+    restarts: dict[str, int] = field(default_factory=dict)
     metrics_port: int = 0
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
     _metrics_at: float = 0.0
@@ -157,14 +159,32 @@ class Demo:
                        "hw_stalled_after_s": 300},
         }))
         for command in ("collect", "stream"):
-            log = (self.work / f"{command}.log").open("ab")
-            self.children[command] = subprocess.Popen(
-                [sys.executable, "-m", "replmon.cli", command, "--config", str(config)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-            log.close()
+            self.spawn(command)
         self.say(f"collector pid {self.children['collect'].pid}, streaming job pid {self.children['stream'].pid}; "
                  f"metrics on http://127.0.0.1:{self.metrics_port}/metrics; logs in {self.work}")
+
+    def spawn(self, command: str) -> None:
+        """Start ``replmon collect`` or ``replmon stream`` with the demo's configuration."""
+        with (self.work / f"{command}.log").open("ab") as log:
+            self.children[command] = subprocess.Popen(
+                [sys.executable, "-m", "replmon.cli", command, "--config", str(self.work / "replmon.yaml")],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def check_children(self) -> None:
+        """A collector or job that died is started again (the job resumes from its checkpoint), twice at most:
+        on a loaded machine Spark's Python workers can time out connecting back, which ends the job."""
+        for name, proc in list(self.children.items()):
+            if proc.poll() is None:
+                continue
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+            if self.restarts[name] > MAX_RESTARTS:
+                raise ReplmonError(f"replmon {name} exited with {proc.returncode} {MAX_RESTARTS + 1} times; "
+                                   f"see {self.work}/{name}.log")
+            self.say(f"[yellow]replmon {name} exited with {proc.returncode}; starting it again[/] "
+                     f"(log: {self.work}/{name}.log)")
+            self.spawn(name)
+            self.say(f"replmon {name} pid {self.children[name].pid}")
 
     def start_workload(self) -> None:
         assert self.cluster is not None
@@ -259,9 +279,7 @@ class Demo:
             if time.monotonic() > deadline:
                 raise ReplmonError(f"timed out after {timeout_s:.0f}s waiting for {what}"
                                    + (f" (last error: {last})" if last else "") + f"; logs in {self.work}")
-            for name, proc in self.children.items():
-                if proc.poll() is not None:
-                    raise ReplmonError(f"replmon {name} exited with {proc.returncode}; see {self.work}/{name}.log")
+            self.check_children()
 
     def wait_event(self, outcome: Outcome, match: Callable[[dict[str, Any]], bool]) -> None:
         """Wait for the first event at or after the injection that ``match`` accepts."""
@@ -454,17 +472,17 @@ class Demo:
     # ------------------------------------------------------------------ summary and cleanup
     def summary(self) -> Table:
         table = Table(title="summary: each injected fault and what replmon saw", title_justify="left")
-        for col in ("#", "fault injected", "expected", "seen as", "detected after", "detail"):
+        for col in ("#", "fault injected", "seen as", "detected after", "detail"):
             table.add_column(col, justify="right" if col in ("#", "detected after") else "left",
                              no_wrap=col != "detail")
         for i, o in enumerate(self.outcomes, 1):
             if o.event is None:
-                table.add_row(str(i), o.fault, o.expected, "[red]NOT DETECTED[/]", "-", o.note)
+                table.add_row(str(i), o.fault, f"[red]NOT DETECTED[/] (expected {o.expected})", "-", o.note)
                 continue
             seen = o.event["type"] + ("" if o.event.get("clean") is None
                                       else " (clean)" if o.event["clean"] else " (UNCLEAN)")
             message = str(o.event["message"]).removeprefix(f"{o.event.get('topic')}-{o.event.get('partition')}: ")
-            table.add_row(str(i), o.fault, o.expected, f"[green]{seen}[/]", f"{o.delay_s:.1f}s", o.note or message)
+            table.add_row(str(i), o.fault, f"[green]{seen}[/]", f"{o.delay_s:.1f}s", o.note or message)
         return table
 
     def cleanup(self) -> None:
