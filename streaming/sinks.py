@@ -130,31 +130,42 @@ SNAPSHOT_SIGNATURE = ["leader", "leader_epoch", "isr_size", "health", "offline",
                       "hw_stalled"]
 
 
+def _arrow_schema(spark_struct: Any, drop: tuple[str, ...] = ()) -> pa.Schema:
+    """The Arrow schema of a Spark StructType (itself derived from the pydantic records): every history file
+    of a kind has the same schema, whatever values happened to be null in its batch."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    schema = to_arrow_schema(spark_struct)
+    return pa.schema([f for f in schema if f.name not in drop])
+
+
 class HistoryWriter:
     """Parquet history under ``stream.history_dir``: ``events/`` and ``partitions/``, partitioned by cluster
     and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute."""
 
     def __init__(self, root: Path) -> None:
+        from streaming.events import Event
+        from streaming.processor import OUTPUT_SCHEMA
+        from streaming.schema import spark_schema
+
         self.root = Path(root)
         self._last: dict[tuple[str, str, int], tuple[Any, ...]] = {}
+        self.event_schema = _arrow_schema(spark_schema(Event))
+        self.partition_schema = _arrow_schema(OUTPUT_SCHEMA, drop=("kind", "event_id", "event_type", "payload"))
 
-    def _write(self, table: pd.DataFrame, kind: str, batch_id: int) -> None:
-        if table.empty:
+    def _write(self, table: pa.Table, kind: str, batch_id: int, times_ms: list[int]) -> None:
+        if table.num_rows == 0:
             return
-        dated = table.assign(date=[datetime.fromtimestamp(t / 1000, tz=UTC).strftime("%Y-%m-%d")
-                                   for t in table["sample_time_ms"]])
-        pq.write_to_dataset(pa.Table.from_pandas(dated, preserve_index=False), root_path=str(self.root / kind),
-                            partition_cols=["cluster", "date"],
+        dates = [datetime.fromtimestamp(t / 1000, tz=UTC).strftime("%Y-%m-%d") for t in times_ms]
+        table = table.append_column("date", pa.array(dates, pa.string()))
+        pq.write_to_dataset(table, root_path=str(self.root / kind), partition_cols=["cluster", "date"],
                             basename_template=f"batch-{batch_id:012d}-{{i}}.parquet",
                             existing_data_behavior="overwrite_or_ignore")
 
     def write_events(self, events: list[dict[str, Any]], batch_id: int) -> None:
         if events:
-            frame = pd.DataFrame(events)
-            frame["sample_time_ms"] = frame["event_time_ms"]
-            for column in ("brokers", "isr", "previous_isr"):
-                frame[column] = frame[column].map(lambda v: json.dumps(v) if v is not None else None)
-            self._write(frame, "events", batch_id)
+            table = pa.Table.from_pylist(events, schema=self.event_schema)
+            self._write(table, "events", batch_id, [e["event_time_ms"] for e in events])
 
     def write_partitions(self, rows: pd.DataFrame, batch_id: int) -> None:
         if rows.empty:
@@ -164,13 +175,18 @@ class HistoryWriter:
             key = (row.cluster, row.topic, int(row.partition))
             signature = tuple(getattr(row, c) for c in SNAPSHOT_SIGNATURE)
             last = self._last.get(key)
-            if last is None or last[1:] != signature or row.sample_time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS:
+            due = last is None or row.sample_time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS
+            if due or last[1:] != signature:  # type: ignore[index]
                 self._last[key] = (row.sample_time_ms, *signature)
                 keep.append(i)
         if keep:
-            frame = rows.iloc[keep].drop(columns=["follower_lag", "isr", "replicas"]).copy()
-            frame["isr"] = [json.dumps([int(b) for b in v]) if v is not None else None for v in rows.iloc[keep]["isr"]]
-            self._write(frame, "partitions", batch_id)
+            chosen = rows.iloc[keep]
+            columns = chosen[[f.name for f in self.partition_schema]].astype(object)
+            records = columns.where(columns.notna(), None).to_dict("records")
+            for record in records:
+                record["follower_lag"] = list((record["follower_lag"] or {}).items())
+            table = pa.Table.from_pylist(records, schema=self.partition_schema)
+            self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
 
 
 def read_events(root: Path) -> pd.DataFrame:

@@ -148,3 +148,23 @@ def test_history_is_idempotent_per_batch(tmp_path: Path) -> None:
     assert list(events["event_id"]) == ["e1", "e2"]
     files = list((tmp_path / "events").rglob("*.parquet"))
     assert len(files) == 2 and all("cluster=c" in str(f) and "date=2023-11-14" in str(f) for f in files)
+
+
+def test_history_files_share_one_schema_whatever_is_null(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    writer = HistoryWriter(tmp_path)
+    first = metrics_rows(2, unhealthy={1}).assign(min_insync_replicas=None, hw_lag=None)
+    second = metrics_rows(2, unhealthy=set()).assign(sample_time_ms=200_000)
+    writer.write_partitions(first, batch_id=1)
+    writer.write_partitions(second, batch_id=2)
+    writer.write_events([{"event_id": "a", "type": "STALE", "severity": "warning", "cluster": "c",
+                          "event_time_ms": 5, "detected_time_ms": 6, "message": "m"}], batch_id=1)
+    writer.write_events([{"event_id": "b", "type": "ISR_SHRINK", "severity": "warning", "cluster": "c",
+                          "topic": "t", "partition": 0, "event_time_ms": 7, "detected_time_ms": 8, "brokers": [3],
+                          "lag": 12, "message": "m"}], batch_id=2)
+    partitions = pq.read_table(str(tmp_path / "partitions")).to_pandas()
+    assert len(partitions) == 4
+    assert partitions["min_insync_replicas"].isna().sum() == 2
+    events = read_events(tmp_path)
+    assert list(events["event_id"]) == ["a", "b"] and list(events["brokers"][1]) == [3]

@@ -50,6 +50,7 @@ def test_paused_follower_gives_isr_shrink_and_the_gauge_drops_then_expand(
     assert expand["brokers"] == [3]
     wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
                DEADLINE_S, "the ISR-size gauge back at 3")
+    assert_events_command_lists(pipeline, e2e_topic)
 
 
 def test_killed_leader_gives_leader_change_with_the_next_epoch(
@@ -139,3 +140,60 @@ def test_job_killed_mid_stream_loses_and_duplicates_no_event(
 
     ids = [e["event_id"] for e in pipeline.events()]
     assert len(ids) == len(set(ids)), "an event id appears twice in the events topic"
+
+
+def test_bad_samples_are_quarantined_and_the_job_goes_on(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    import json
+
+    from kafka import KafkaConsumer, KafkaProducer
+
+    def count(reason: str) -> float:
+        return pipeline.metric("replmon_quarantined_samples_total", reason=reason) or 0.0
+
+    before = {r: count(r) for r in ("malformed_json", "unknown_schema", "out_of_range")}
+    sample = {"schema": "partition/v1", "cluster": "local", "collector_id": "evil", "cycle": 1,
+              "sample_time_ms": 1, "topic": e2e_topic, "partition": 0, "leader": 1, "leader_epoch": 0,
+              "replicas": [1], "isr": [1], "high_watermark": -42}
+    bad = [b"{nope", json.dumps({"schema": "partition/v99"}).encode(), json.dumps(sample).encode()]
+    producer = KafkaProducer(bootstrap_servers=pipeline.transport.bootstrap_servers)
+    for value in bad:
+        producer.send("e2e.replmon.samples", key=b"evil", value=value)
+    producer.flush()
+    producer.close()
+    wait_until(lambda: all(count(r) == before[r] + 1 for r in before), DEADLINE_S, "one quarantined sample per reason")
+
+    consumer = KafkaConsumer("e2e.replmon.quarantine", bootstrap_servers=pipeline.transport.bootstrap_servers,
+                             auto_offset_reset="earliest", consumer_timeout_ms=3000, group_id=None)
+    reasons = {json.loads(r.value)["value"]: json.loads(r.value)["reason"] for r in consumer}
+    consumer.close()
+    assert reasons["{nope"] == "malformed_json"
+    assert reasons[bad[2].decode()] == "out_of_range:high_watermark"
+
+    # the job is alive and keeps turning good samples into metrics
+    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]})
+    producer_factory(e2e_topic).wait_acknowledged(20)
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
+               DEADLINE_S, "metrics of a topic created after the bad samples")
+
+
+def assert_events_command_lists(pipeline: Pipeline, topic: str) -> None:
+    """`replmon events` prints, from the Parquet history, every event the events topic holds."""
+    import subprocess
+    import sys
+
+    def printed() -> bool:
+        ids = {e["event_id"] for e in pipeline.events()}
+        out = subprocess.run([sys.executable, "-m", "replmon.cli", "events", "--config", str(pipeline.config)],
+                             capture_output=True, text=True, timeout=120)
+        return out.returncode == 0 and f"{len(ids)} events" in out.stdout
+
+    wait_until(printed, DEADLINE_S, "`replmon events` to list every event of the events topic", interval_s=2.0)
+    out = subprocess.run([sys.executable, "-m", "replmon.cli", "events", "--config", str(pipeline.config),
+                          "--topic", topic, "--type", "isr_shrink", "--since", "1h"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0
+    rows = [line for line in out.stdout.splitlines() if topic[:20] in line]
+    assert rows and all("ISR_SHRINK" in line for line in rows)
