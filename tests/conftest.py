@@ -16,6 +16,7 @@ os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test
 from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView
+from tests.pipeline import Pipeline, running_pipeline
 
 _topic_ids = itertools.count()
 
@@ -74,3 +75,11 @@ def producer_factory(cluster: LocalCluster) -> Iterator[Callable[..., SequencedP
     yield make
     for producer in made:
         producer.close()
+
+
+@pytest.fixture(scope="session")
+def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
+    """`replmon collect` and `replmon stream` on the session cluster, shared by the end-to-end modules (one
+    Spark start for all of them); samples and events on a one-broker transport cluster."""
+    with running_pipeline(cluster, tmp_path_factory) as p:
+        yield p

@@ -29,7 +29,7 @@ from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
 from replmon.workload import SequencedProducer, readable_sequences
 from tests.kafka_view import KafkaView, wait_until
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, running_pipeline
+from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -113,12 +113,6 @@ def _scrape_config(pipeline: Pipeline, rules: Path) -> dict[str, Any]:
     for name, port in ports.items():
         jobs[name]["static_configs"] = [{"targets": [f"127.0.0.1:{port}"]}]
     return config
-
-
-@pytest.fixture(scope="module")
-def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    with running_pipeline(cluster, tmp_path_factory) as p:
-        yield p
 
 
 @pytest.fixture(scope="module")

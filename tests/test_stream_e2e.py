@@ -4,22 +4,16 @@ the sequenced producer and consumer, never from replmon."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer, readable_sequences
 from tests.kafka_view import KafkaView, wait_until
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, of, running_pipeline
+from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
-
-@pytest.fixture(scope="module")
-def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
-    with running_pipeline(cluster, tmp_path_factory) as p:
-        yield p
-
 
 @pytest.fixture
 def e2e_topic(topic_name: str) -> str:
