@@ -263,7 +263,8 @@ class Demo:
     def print_event(self, e: dict[str, Any]) -> None:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")
         where = f"{e['topic']}-{e['partition']}" if e.get("topic") is not None else e["cluster"]
-        self.say(f"  [{style}]event {e['type']:<19}[/] {where}: {e['message']}")
+        message = str(e["message"]).removeprefix(f"{where}: ")
+        self.say(f"  [{style}]event {e['type']:<19}[/] {where}: {message}")
 
     def wait_for(self, what: str, probe: Callable[[], Any], timeout_s: float = STEP_TIMEOUT_S) -> Any:
         deadline = time.monotonic() + timeout_s

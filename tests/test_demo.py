@@ -170,7 +170,7 @@ def test_sigint_mid_run_stops_every_process_of_the_demo(demo: DemoRun) -> None:
     demo.wait_line(r"collector pid \d+, streaming job pid \d+", 300)
     demo.wait_line(r"injected: pause broker", 480)  # mid-timeline: a broker is paused right now
     clusters = _demo_processes(demo.state)
-    assert len(clusters) == 5, "controller + 3 brokers + the one-broker transport cluster"
+    assert len(clusters) == 6, "controller + 3 brokers, and the transport cluster: controller + 1 broker"
     everything = _descendants(demo.proc.pid)
     assert set(clusters) <= everything
     commands = [_cmdline(pid) for pid in everything]
