@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
+from pydantic import BaseModel
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -33,8 +34,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from collectors.samples import EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample
 from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
 from streaming.events import Event
+from streaming.schema import json_name, unwrap
 from streaming.state import PartitionState
 
 PartitionKey = tuple[str, str, int]
@@ -98,6 +101,28 @@ def partition_row(m: PartitionMetrics, st: PartitionState) -> dict[str, Any]:
     }
 
 
+def _int_fields(model: type[BaseModel]) -> tuple[str, ...]:
+    return tuple(json_name(n, f) for n, f in model.model_fields.items() if unwrap(f.annotation)[0] is int)
+
+
+_PARTITION_INTS = _int_fields(PartitionSample)
+_REPLICA_INTS = _int_fields(ReplicaSample)
+_NESTED_INTS = {"replica_offsets": _int_fields(ReplicaOffsets), "epoch_lineage": _int_fields(EpochEntry)}
+
+
+def as_ints(sample: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
+    """Integer fields back to ``int`` (pandas hands nullable integers over as floats, NaN for null)."""
+    for key in fields:
+        value = sample.get(key)
+        if isinstance(value, float):
+            sample[key] = None if value != value else int(value)
+    for key, inner in _NESTED_INTS.items():
+        entries = sample.get(key)
+        if entries is not None:
+            sample[key] = [as_ints(dict(e), inner) for e in entries]
+    return sample
+
+
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
@@ -110,10 +135,12 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     table = dict(table)
     for kind, p, r in zip(ordered["kind"].tolist(), ordered["p"].tolist(), ordered["r"].tolist(), strict=True):
         if kind == "p":
+            p = as_ints(p, _PARTITION_INTS)
             key = (p["cluster"], p["topic"], int(p["partition"]))
             state, events, _ = step_dict(table.get(key), p, cfg, now_ms)
             touched.add(key)
         else:
+            r = as_ints(r, _REPLICA_INTS)
             key = (r["cluster"], r["topic"], int(r["partition"]))
             state, events = step_replica(table.get(key), r, cfg, now_ms)
         table[key] = state

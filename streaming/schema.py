@@ -66,7 +66,7 @@ def _bounds_of(meta: list[Any]) -> Bounds:
     return b
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool, Bounds]:
+def unwrap(annotation: Any) -> tuple[Any, bool, Bounds]:
     """(the bare type, whether None is allowed, the bounds of Annotated layers)."""
     optional = False
     bounds = Bounds()
@@ -87,7 +87,7 @@ def _unwrap(annotation: Any) -> tuple[Any, bool, Bounds]:
 
 
 def spark_type(annotation: Any) -> DataType:
-    base, _, _ = _unwrap(annotation)
+    base, _, _ = unwrap(annotation)
     origin = get_origin(base)
     if origin is list:
         return ArrayType(spark_type(get_args(base)[0]), containsNull=False)
@@ -165,7 +165,7 @@ def _annotated(f: FieldInfo) -> Any:
 
 def _field_violations(value: Column, raw_json: Column | None, annotation: Any, required: bool,
                       where: str) -> list[tuple[Column, str]]:
-    base, optional, bounds = _unwrap(annotation)
+    base, optional, bounds = unwrap(annotation)
     out: list[tuple[Column, str]] = []
     if required and not optional:
         if raw_json is not None:
@@ -192,7 +192,7 @@ def _field_violations(value: Column, raw_json: Column | None, annotation: Any, r
 
 def _item_check_builder(item_type: Any, where: str) -> list[tuple[str, Any]]:
     """(reason, lambda x -> bad-condition) for the items of a list (checked with Spark's ``exists``)."""
-    _, optional, _ = _unwrap(item_type)
+    _, optional, _ = unwrap(item_type)
     probe = _field_violations(F.lit(None), None, item_type, not optional, where)
     return [(reason, _make_item_lambda(item_type, not optional, where, index))
             for index, (_cond, reason) in enumerate(probe)]
