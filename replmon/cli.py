@@ -35,14 +35,6 @@ def _lazy(target: str) -> Handler:
     return run
 
 
-def _not_yet(what: str) -> Handler:
-    def run(args: argparse.Namespace) -> int:
-        err_console.print(f"replmon: {what} is not implemented yet")
-        return 3
-
-    return run
-
-
 # ---------------------------------------------------------------------------------------------- cluster
 def _cluster_up(args: argparse.Namespace) -> int:
     from replmon.localcluster import KAFKA_VERSION, LocalCluster

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -40,7 +39,7 @@ from rich.table import Table
 
 from replmon.errors import ReplmonError
 from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
-from replmon.localcluster.cluster import free_port
+from replmon.localcluster.cluster import die_with_parent, free_port
 from replmon.paths import state_dir
 from replmon.workload import SequencedProducer, readable_sequences
 
@@ -169,7 +168,7 @@ class Demo:
             self.children[command] = subprocess.Popen(
                 [sys.executable, "-m", "replmon.cli", command, "--config", str(self.work / "replmon.yaml")],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=_die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                preexec_fn=die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def check_children(self) -> None:
         """A collector or job that died is started again (the job resumes from its checkpoint), twice at most:
@@ -517,11 +516,6 @@ class Demo:
                 self.cluster.down()
         if self.transport is not None:
             self.transport.down(purge=True)
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
-    """The collector and the job die with the demo even when it is killed outright (SIGKILL)."""
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
 
 
 @contextlib.contextmanager
