@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -44,21 +45,40 @@ def _stop_on_signals() -> Iterator[list[int]]:
             signal.signal(s, h)
 
 
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+
+
 def run_job_until_stopped(config: ReplmonConfig) -> int:
-    """Run the job until a signal; call it inside :func:`_stop_on_signals`."""
+    """Run the job until a signal; call it inside :func:`_stop_on_signals`. A query that fails (on a starved
+    machine Spark's Python workers can time out connecting back) is restarted from its checkpoint, with the same
+    metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job with an error."""
+    from streaming.exporter import JobExporter
     from streaming.job import start_job
     from streaming.session import get_session
 
     spark = get_session(config.stream)
+    exporter = JobExporter(config.stream.series_budget)
+    failures: list[float] = []
     try:
-        job = start_job(spark, config)
-        err.print(f"replmon stream: reading {config.transport.samples_topic} from "
-                  f"{','.join(config.samples_bootstrap())}, metrics on "
-                  f"http://{config.stream.metrics_host}:{job.port}/metrics")
-        try:
-            job.await_any()
-        finally:
-            job.stop()
+        while True:
+            job = start_job(spark, config, exporter)
+            err.print(f"replmon stream: reading {config.transport.samples_topic} from "
+                      f"{','.join(config.samples_bootstrap())}, metrics on "
+                      f"http://{config.stream.metrics_host}:{job.port}/metrics")
+            try:
+                job.await_any()
+                return 0
+            except RuntimeError as exc:
+                now = time.monotonic()
+                failures = [t for t in failures if now - t < RESTART_WINDOW_S] + [now]
+                reason = str(exc).splitlines()[0][:300]
+                if len(failures) > MAX_RESTARTS:
+                    raise ReplmonError(f"the job failed {len(failures)} times within {RESTART_WINDOW_S:.0f} s; "
+                                       f"last: {reason}") from exc
+                err.print(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
+            finally:
+                job.stop()
     except KeyboardInterrupt:
         err.print("replmon stream: stopping")
     finally:

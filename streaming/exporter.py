@@ -147,6 +147,7 @@ class JobExporter(Collector):
         self._counters: dict[str, Counter[tuple[str, ...]]] = {
             s.name: Counter() for s in CATALOG if s.type == "counter"}
         self._job: dict[str, float] = {}
+        self._port: int | None = None
         self.registry.register(self)
 
     # ---- updates (driver, foreachBatch / listener) ----
@@ -207,8 +208,11 @@ class JobExporter(Collector):
                 yield fam
 
     def serve(self, host: str, port: int) -> int:
-        """Serve /metrics on host:port (port 0: a free one); returns the port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_port)
+        """Serve /metrics on host:port (port 0: a free one); returns the port. Serving again (a restarted
+        job) keeps the one server."""
+        if self._port is None:
+            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            self._port = int(server.server_port)
+        return self._port
 
 
