@@ -103,20 +103,7 @@ class Pipeline:
         return None
 
     def events(self) -> list[dict[str, Any]]:
-        consumer = KafkaConsumer(bootstrap_servers=self.transport.bootstrap_servers, enable_auto_commit=False,
-                                 group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed")
-        try:
-            tps = [TopicPartition(self.events_topic, p) for p in consumer.partitions_for_topic(self.events_topic) or ()]
-            consumer.assign(tps)
-            consumer.seek_to_beginning(*tps)
-            end = consumer.end_offsets(tps)
-            out: list[dict[str, Any]] = []
-            while any(consumer.position(tp) < end[tp] for tp in tps):
-                for records in consumer.poll(timeout_ms=500).values():
-                    out.extend(json.loads(r.value) for r in records)
-            return out
-        finally:
-            consumer.close()
+        return read_topic(self.transport.bootstrap_servers, self.events_topic)
 
     def wait_event(self, what: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:
@@ -140,6 +127,24 @@ def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFac
             p.stop()
     finally:
         transport.down(purge=True)
+
+
+def read_topic(bootstrap_servers: str, topic: str) -> list[dict[str, Any]]:
+    """Every JSON record of ``topic`` (committed ones), from the beginning to its current end."""
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
+                             group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed")
+    try:
+        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        end = consumer.end_offsets(tps)
+        out: list[dict[str, Any]] = []
+        while any(consumer.position(tp) < end[tp] for tp in tps):
+            for records in consumer.poll(timeout_ms=500).values():
+                out.extend(json.loads(r.value) for r in records)
+        return out
+    finally:
+        consumer.close()
 
 
 def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:

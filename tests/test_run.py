@@ -3,7 +3,6 @@ broker that is down; SIGTERM takes every child with it."""
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -15,30 +14,17 @@ from typing import Any
 
 import pytest
 import yaml
-from kafka import KafkaConsumer, TopicPartition
 
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
 from tests.kafka_view import wait_until
+from tests.pipeline import read_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 
 def samples(transport: LocalCluster, topic: str) -> list[dict[str, Any]]:
-    consumer = KafkaConsumer(bootstrap_servers=transport.bootstrap_servers, enable_auto_commit=False,
-                             group_id=None, consumer_timeout_ms=1000)
-    try:
-        tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
-        consumer.assign(tps)
-        consumer.seek_to_beginning(*tps)
-        end = consumer.end_offsets(tps)
-        out: list[dict[str, Any]] = []
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            for records in consumer.poll(timeout_ms=500).values():
-                out.extend(json.loads(r.value) for r in records)
-        return out
-    finally:
-        consumer.close()
+    return read_topic(transport.bootstrap_servers, topic)
 
 
 def replmon_children_of(pid: int) -> list[int]:
