@@ -1,0 +1,858 @@
+"""Benchmark of the streaming job: sustained samples/s, sample-to-metric latency and driver memory, against a
+stateless baseline (same Kafka source and parse_samples, no state) in the same run.
+
+    .venv/bin/python bench/bench_stream.py [--partitions 100000] [--rate 100000] [--duration 120]
+        [--backlog-cycles 10] [--heap-partitions 300000] [--trigger 2] [--churn 1] [--cprofile] [--no-write]
+
+Starts a one-broker local Kafka in a temporary directory (stopped and deleted at the end, also on error), creates
+the samples topic (6 partitions) and feeds it from a separate producer JVM (bench/SampleProducer.java: fills a
+template derived from a real PartitionSample, keyed like the collector). Phases:
+
+1. backlog: ``--backlog-cycles`` cycles over ``--partitions`` partitions (RF 3) written as fast as possible;
+2. baseline: a stateless query (parse_samples, valid rows to Spark's noop sink) reads the backlog;
+3. job: the real job (streaming.job.start_job) reads the same backlog from the start: its capacity;
+4. live: a fresh job (startingOffsets latest) while the producer paces ``--rate`` samples/s (one cycle per
+   ``partitions / rate`` s) for ``--duration`` s: processed rate, sample-to-metric latency;
+5. memory: a fresh job, one cycle over ``--heap-partitions`` partitions, then driver JVM heap (after GC), JVM
+   RSS, driver and Python worker RSS, state rows, partitions in the exporter.
+
+Phases 2 and 3 stop ``--phase-timeout`` s after their warm-up batches (given ``--warmup-timeout`` s), phase 5
+after ``--memory-timeout`` s, so the run stays bounded on a slow or loaded machine; they read batches of
+``--backlog-batch`` records (the live phase: rate x trigger).
+
+Capacity is rows / batch duration over the batches after the first two (warm-up), baseline and job on batches
+of the same size. Prints a table and writes the "## Streaming
+job" section of docs/benchmarks.md and docs/bench_stream.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import itertools
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from collectors.samples import PartitionSample, ReplicaOffsets, parse_sample, to_json  # noqa: E402
+from replmon.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
+from replmon.kafka_topics import ensure_topic  # noqa: E402
+from replmon.localcluster import LocalCluster  # noqa: E402
+from replmon.localcluster.artifacts import java_executable, kafka_libs  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+PLOT = ROOT / "docs" / "bench_stream.png"
+PRODUCER = Path(__file__).resolve().parent / "SampleProducer.java"
+PER_TOPIC = 1000
+CLUSTER = "bench"
+SAMPLES_TOPIC = "bench.samples"
+WARMUP_BATCHES = 2
+HIST_STEP_S = 0.01
+HIST_MAX_S = 600.0
+
+# ---------------------------------------------------------------- synthetic samples
+
+
+def sample_template() -> str:
+    """The JSON of a real PartitionSample with placeholders ({HW}, {TIME}, ...) that SampleProducer fills in."""
+    sentinel = PartitionSample(
+        cluster="@CLUSTER@", collector_id="bench", cycle=911111111, sample_time_ms=922222222, topic="@TOPIC@",
+        topic_id="@TOPICID@", partition=933333333, leader=944444444, leader_epoch=3,
+        replicas=[944444444, 955555555, 966666666], isr=[977777777], elr=[], last_known_elr=[],
+        high_watermark=988888888, last_stable_offset=988888888, log_start_offset=0,
+        replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=leo) for b, leo in
+                         ((944444444, 999999991), (955555555, 999999992), (966666666, 999999993))],
+        epoch_lineage=None, min_insync_replicas=2, unclean_leader_election=False)
+    text = to_json(sentinel).decode()
+    for old, new in (('"@CLUSTER@"', '"{CLUSTER}"'), ('"@TOPIC@"', '"{TOPIC}"'), ('"@TOPICID@"', '"{TOPIC_ID}"'),
+                     ("911111111", "{CYCLE}"), ("922222222", "{TIME}"), ("933333333", "{PARTITION}"),
+                     ("944444444", "{R0}"), ("955555555", "{R1}"), ("966666666", "{R2}"),
+                     ("[977777777]", "{ISR}"), ("988888888", "{HW}"), ("999999991", "{LEO0}"),
+                     ("999999992", "{LEO1}"), ("999999993", "{LEO2}"),
+                     ('"epoch_lineage":null', '"epoch_lineage":{LINEAGE}')):
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+def check_template(template: str) -> None:
+    """The filled-in template is a valid PartitionSample (pydantic), with and without lineage / full ISR."""
+    for isr, lineage in (("[1,2,3]", "null"), ("[1,2]", '[{"leader_epoch":3,"start_offset":0}]')):
+        filled = template
+        for token, value in (("CLUSTER", CLUSTER), ("TOPIC", "bench-000"), ("TOPIC_ID", "BENCHTOPIC000000000000"),
+                             ("CYCLE", "1"), ("TIME", str(int(time.time() * 1000))), ("PARTITION", "7"),
+                             ("R0", "1"), ("R1", "2"), ("R2", "3"), ("ISR", isr), ("HW", "100"), ("LEO0", "110"),
+                             ("LEO1", "105"), ("LEO2", "100"), ("LINEAGE", lineage)):
+            filled = filled.replace("{" + token + "}", value)
+        parse_sample(filled)
+
+
+@dataclass
+class ProducerRun:
+    proc: subprocess.Popen[bytes]
+    out: Path
+
+    def wait(self, timeout_s: float) -> tuple[int, float, list[tuple[float, int]]]:
+        """(records sent, seconds, [(epoch s, sent so far)])"""
+        self.proc.wait(timeout=timeout_s)
+        lines = self.out.read_text().split("\n")
+        done = [line.split() for line in lines if line.startswith("done ")]
+        if self.proc.returncode != 0 or not done:
+            raise RuntimeError(f"producer failed ({self.proc.returncode}): {self.out.read_text()[-2000:]}")
+        progress = [(float(p[1]), int(p[2])) for p in (line.split() for line in lines if line.startswith("progress "))]
+        progress.append((float(done[0][1]), int(done[0][2])))
+        return int(done[0][2]), float(done[0][3]), progress
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+
+def start_producer(work: Path, bootstrap: str, name: str, partitions: int, first_cycle: int, *, cycles: int = 0,
+                   rate: float = 0, duration: float = 0, churn: int = 0) -> ProducerRun:
+    template = work / "template.json"
+    if not template.exists():
+        template.write_text(sample_template())
+    out = work / f"producer-{name}.log"
+    args = {"template": template, "bootstrap": bootstrap, "topic": SAMPLES_TOPIC, "cluster": CLUSTER,
+            "topics": max(1, partitions // PER_TOPIC), "per_topic": min(PER_TOPIC, partitions),
+            "first_cycle": first_cycle, "cycles": cycles, "rate": rate, "duration": duration, "churn": churn}
+    cmd = [java_executable(), "-Xmx512m", "-XX:+UseSerialGC", "-cp", f"{kafka_libs()}/*", str(PRODUCER),
+           *(f"{k}={v}" for k, v in args.items())]
+    with out.open("w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return ProducerRun(proc, out)
+
+
+# ---------------------------------------------------------------- measuring the job
+
+
+class ProgressLog:
+    """Every query progress (as dicts), by query name; a StreamingQueryListener feeds it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.by_name: dict[str, list[dict[str, Any]]] = {}
+
+    def add(self, progress: dict[str, Any]) -> None:
+        with self.lock:
+            self.by_name.setdefault(progress.get("name") or "", []).append(progress)
+
+    def get(self, name: str) -> list[dict[str, Any]]:
+        with self.lock:
+            return list(self.by_name.get(name, []))
+
+
+def consumed(progress: dict[str, Any]) -> int:
+    """Records of the samples topic a query has read up to the end of this batch."""
+    total = 0
+    for source in progress.get("sources", []):
+        end = source.get("endOffset")
+        offsets = json.loads(end) if isinstance(end, str) else end
+        total += sum(int(v) for v in (offsets or {}).get(SAMPLES_TOPIC, {}).values())
+    return total
+
+
+def topic_end(bootstrap: str) -> int:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        tps = [TopicPartition(SAMPLES_TOPIC, p) for p in consumer.partitions_for_topic(SAMPLES_TOPIC) or ()]
+        return sum(consumer.end_offsets(tps).values())
+    finally:
+        consumer.close()
+
+
+def check_topic_records(bootstrap: str, count: int = 20) -> None:
+    """A few records as the job will read them from Kafka validate as PartitionSample."""
+    from kafka import KafkaConsumer
+
+    consumer = KafkaConsumer(SAMPLES_TOPIC, bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             auto_offset_reset="earliest", consumer_timeout_ms=10_000)
+    try:
+        seen = 0
+        for record in consumer:
+            sample = parse_sample(record.value)
+            assert isinstance(sample, PartitionSample) and record.key == \
+                f"{sample.cluster}/{sample.topic}/{sample.partition}".encode()
+            seen += 1
+            if seen >= count:
+                return
+        raise RuntimeError(f"only {seen} records readable from {SAMPLES_TOPIC}")
+    finally:
+        consumer.close()
+
+
+@dataclass
+class Latency:
+    """Sample-to-metric latency histograms (10 ms bins) and per-batch figures, recorded in the driver."""
+
+    per_partition: np.ndarray = field(default_factory=lambda: np.zeros(int(HIST_MAX_S / HIST_STEP_S) + 1))
+    per_sample: np.ndarray = field(default_factory=lambda: np.zeros(int(HIST_MAX_S / HIST_STEP_S) + 1))
+    batches: list[dict[str, float]] = field(default_factory=list)
+    recording: bool = False
+    previous_newest_s: float | None = None
+    batch_id: int = -1
+
+    def add(self, target: np.ndarray, values: np.ndarray) -> None:
+        idx = np.clip((values / HIST_STEP_S).astype(int), 0, len(target) - 1)
+        np.add.at(target, idx, 1)
+
+    @staticmethod
+    def percentile(hist: np.ndarray, q: float) -> float:
+        total = hist.sum()
+        if total == 0:
+            return float("nan")
+        return float(np.searchsorted(np.cumsum(hist), q / 100 * total) * HIST_STEP_S)
+
+
+def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir: Path, cprofile: bool) -> None:
+    """Instrument the job without changing it: subclasses of its exporter, batch handler and processor are put in
+    place of the originals in streaming.job (the processor subclass travels to the Python workers by value)."""
+    import streaming.job as job_module
+    from streaming.exporter import JobExporter
+    from streaming.processor import ReplicationProcessor, _frame, process_bucket
+
+    class BenchExporter(JobExporter):
+        def update_partitions(self, rows: pd.DataFrame) -> None:
+            super().update_partitions(rows)
+            now = time.time()
+            if rows.empty:
+                return
+            times = rows["sample_time_ms"].to_numpy(dtype=np.float64) / 1000
+            newest = float(times.max())
+            lat = now - times
+            if latency.recording:
+                latency.add(latency.per_partition, lat)
+            latency.batches.append({"t": now, "batch_id": float(latency.batch_id), "rows": float(len(rows)),
+                                    "newest": newest, "previous_newest": latency.previous_newest_s or newest,
+                                    "newest_delay": now - newest, "p50": float(np.percentile(lat, 50)),
+                                    "p95": float(np.percentile(lat, 95)), "max": float(lat.max()),
+                                    "recording": float(latency.recording)})
+            latency.previous_newest_s = newest
+
+    class TimedHandler(job_module.StateBatchHandler):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._phase: dict[str, float] = {}
+            self.events.publish = self._timed("publish", self.events.publish)  # type: ignore[method-assign]
+            self.history.write_events = self._timed("history", self.history.write_events)  # type: ignore[method-assign]
+            self.history.write_partitions = self._timed("history", self.history.write_partitions)  # type: ignore[method-assign]
+            self.exporter.update_partitions = self._timed("exporter", self.exporter.update_partitions)  # type: ignore[method-assign]
+
+        def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+            def wrapper(*args: Any, **kwargs: Any) -> Any:
+                started = time.perf_counter()
+                try:
+                    return fn(*args, **kwargs)
+                finally:
+                    self._phase[name] = self._phase.get(name, 0.0) + time.perf_counter() - started
+            return wrapper
+
+        def __call__(self, batch: Any, batch_id: int) -> None:
+            self._phase = {}
+            latency.batch_id = batch_id
+            started = time.perf_counter()
+            super().__call__(batch, batch_id)
+            total = time.perf_counter() - started
+            timings.append({"batch_id": float(batch_id), "t": time.time(), "handler": total,
+                            "spark_and_collect": total - sum(self._phase.values()), **self._phase})
+
+    class TimedProcessor(ReplicationProcessor):
+        out_dir = str(profile_dir)
+        use_cprofile = cprofile
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+            import cProfile
+
+            if self.use_cprofile and not hasattr(TimedProcessor, "_prof"):
+                TimedProcessor._prof = cProfile.Profile()  # type: ignore[attr-defined]
+                TimedProcessor._calls = 0  # type: ignore[attr-defined]
+            prof = getattr(TimedProcessor, "_prof", None)
+            if prof is not None:
+                prof.enable()
+            t0 = time.perf_counter()
+            now_ms = timerValues.getCurrentProcessingTimeInMs()
+            chunks = list(rows)
+            samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+            t1 = time.perf_counter()
+            table = self._load()
+            t2 = time.perf_counter()
+            table, out = process_bucket(table, samples, self.cfg, now_ms)
+            t3 = time.perf_counter()
+            self._save(table)
+            self._ensure_timer(now_ms)
+            t4 = time.perf_counter()
+            frame = _frame(out)
+            t5 = time.perf_counter()
+            if prof is not None:
+                prof.disable()
+                TimedProcessor._calls += 1  # type: ignore[attr-defined]
+                if TimedProcessor._calls % 64 == 0:  # type: ignore[attr-defined]
+                    prof.dump_stats(f"{self.out_dir}/prof-{os.getpid()}.pstats")
+            with open(f"{self.out_dir}/worker-{os.getpid()}.jsonl", "a") as f:
+                f.write(json.dumps({"t": time.time(), "rows_in": len(samples), "rows_out": len(out),
+                                    "partitions": len(table), "input": t1 - t0, "load": t2 - t1,
+                                    "process": t3 - t2, "save": t4 - t3, "frame": t5 - t4}) + "\n")
+            yield frame
+
+    job_module.StateBatchHandler = TimedHandler  # type: ignore[misc]
+    job_module.ReplicationProcessor = TimedProcessor  # type: ignore[misc]
+    job_module.JobExporter = BenchExporter  # type: ignore[misc]
+    globals()["BenchExporter"] = BenchExporter
+
+
+# ---------------------------------------------------------------- memory
+
+
+def rss_mb(pid: int) -> float:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def python_workers(jvm_pid: int) -> list[int]:
+    """Processes below the driver JVM running pyspark (daemon and workers)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    out = []
+    for pid in parent:
+        p, hops = parent.get(pid), 0
+        while p and p != jvm_pid and hops < 10:
+            p, hops = parent.get(p), hops + 1
+        if p == jvm_pid:
+            with contextlib.suppress(OSError):
+                if b"pyspark" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    out.append(pid)
+    return out
+
+
+def memory(spark: Any) -> dict[str, float]:
+    jvm = spark._jvm
+    runtime = jvm.java.lang.Runtime.getRuntime()
+    for _ in range(2):
+        jvm.java.lang.System.gc()
+        time.sleep(0.5)
+    gc.collect()
+    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    workers = python_workers(jvm_pid)
+    return {"heap_used_mb": (runtime.totalMemory() - runtime.freeMemory()) / 2**20,
+            "heap_max_mb": runtime.maxMemory() / 2**20, "jvm_rss_mb": rss_mb(jvm_pid),
+            "driver_python_rss_mb": rss_mb(os.getpid()), "python_workers": float(len(workers)),
+            "python_workers_rss_mb": sum(rss_mb(p) for p in workers)}
+
+
+# ---------------------------------------------------------------- figures
+
+
+def capacity(progress: list[dict[str, Any]]) -> tuple[float, int, list[tuple[float, float]]]:
+    """(rows/s over the steady batches, number of those batches, [(epoch s, rows/s)] of every batch)."""
+    batches = [p for p in progress if p.get("numInputRows", 0) > 0]
+    series = [(pd.Timestamp(p["timestamp"]).timestamp() + p["batchDuration"] / 1000,
+               p["numInputRows"] / max(p["batchDuration"], 1) * 1000) for p in batches]
+    steady = batches[WARMUP_BATCHES:]
+    if steady and len(steady) > 1:  # the last one is usually a partial batch
+        steady = [p for p in steady if p["numInputRows"] >= 0.9 * max(q["numInputRows"] for q in steady)]
+    rows = sum(p["numInputRows"] for p in steady)
+    seconds = sum(p["batchDuration"] for p in steady) / 1000
+    return (rows / seconds if seconds else float("nan")), len(steady), series
+
+
+def profile_summary(profile_dir: Path, since: float, until: float) -> dict[str, float]:
+    rows = []
+    for path in profile_dir.glob("worker-*.jsonl"):
+        for line in path.read_text().splitlines():
+            r = json.loads(line)
+            if since <= r["t"] <= until:
+                rows.append(r)
+    if not rows:
+        return {}
+    frame = pd.DataFrame(rows)
+    sums = frame[["input", "load", "process", "save", "frame"]].sum()
+    return {"calls": float(len(frame)), "rows_in": float(frame["rows_in"].sum()),
+            **{k: float(v) for k, v in sums.items()}, "partitions_per_bucket": float(frame["partitions"].median())}
+
+
+def cprofile_top(profile_dir: Path, limit: int = 15) -> str:
+    import io
+    import pstats
+
+    files = [str(p) for p in profile_dir.glob("prof-*.pstats")]
+    if not files:
+        return ""
+    out = io.StringIO()
+    stats = pstats.Stats(*files, stream=out)
+    stats.sort_stats("tottime").print_stats(limit)
+    return out.getvalue()
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    t0 = results["t0"]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(10, 7.5), sharex=True)
+    for name, series, style in (("baseline (stateless), backlog", results["baseline_series"], "o-"),
+                                ("job, backlog", results["job_series"], "s-"),
+                                ("job, live phase", results["live_series"], "^-")):
+        if series:
+            xs, ys = zip(*series, strict=True)
+            ax1.plot([x - t0 for x in xs], [y / 1000 for y in ys], style, ms=3, label=name)
+    if results["producer_series"]:
+        xs, ys = zip(*results["producer_series"], strict=True)
+        ax1.plot([x - t0 for x in xs], [y / 1000 for y in ys], "-", color="grey", alpha=0.7,
+                 label="producer, live phase (samples/s produced)")
+    ax1.axhline(100, color="red", ls=":", label="target 100k/s")
+    ax1.set_ylabel("samples/s (thousands)\nper batch: rows / duration")
+    ax1.set_yscale("log")
+    ax1.legend(loc="upper right", fontsize=8)
+    ax1.set_title(f"replmon streaming job: {results['partitions']:,} partitions x RF 3, trigger "
+                  f"{results['trigger']:g} s, {os.cpu_count()} cores")
+    batches = [b for b in results["latency_batches"] if b["recording"]]
+    if batches:
+        xs = [b["t"] - t0 for b in batches]
+        ax2.plot(xs, [b["newest_delay"] for b in batches], "o-", ms=3, label="newest sample of the batch (JobStats)")
+        ax2.plot(xs, [b["p95"] for b in batches], "s-", ms=3, label="p95 over the partitions of the batch")
+        ax2.plot(xs, [b["max"] for b in batches], "^-", ms=3, label="max over the partitions of the batch")
+    ax2.axhline(3 * results["trigger"], color="red", ls=":", label="target p95: 3 trigger intervals")
+    ax2.set_ylabel("sample-to-metric latency (s)")
+    ax2.set_yscale("log")
+    ax2.set_xlabel("seconds since the baseline started")
+    ax2.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[str]) -> None:
+    lines = ["| figure | measured | target | met |", "|---|---:|---:|:---:|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in table]
+    section = "\n".join([
+        "## Streaming job", "",
+        "The Spark job (`streaming/job.py`: Kafka source, parse_samples, bucketed transformWithStateInPandas, "
+        "foreachBatch to events/Prometheus/history, and the quarantine query) against a stateless baseline "
+        "(same source and parse_samples, valid rows to Spark's noop sink) in the same run, on a one-broker local "
+        "Kafka; synthetic samples from a separate producer JVM (`bench/SampleProducer.java`), see the docstring "
+        "of `bench/bench_stream.py` for the phases.", "",
+        "```", command, "```", "", *lines, "", *notes, "", "![streaming benchmark](bench_stream.png)", ""])
+    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
+    old = re.search(r"## Streaming job\n.*?(?=\n## |\Z)", text, flags=re.S)
+    analysis = re.search(r"\n### Analysis\n.*", old.group(0), flags=re.S) if old else None
+    if analysis:  # written by hand from the profile: kept across runs
+        section = section.rstrip() + "\n" + analysis.group(0)
+    joined = text[:old.start()] + section.rstrip() + "\n" + text[old.end():] if old else \
+        text.rstrip() + "\n\n" + section
+    DOC.write_text(joined)
+
+
+# ---------------------------------------------------------------- the run
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from streaming.job import RunningJob, kafka_source, parse_samples, start_job
+    from streaming.session import get_session
+
+    results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
+    check_template(sample_template())
+    print(f"load average at start: {results['load_start']}", flush=True)
+    cluster = LocalCluster.up(work / "cluster", brokers=1, die_with_parent=True)
+    producers: list[ProducerRun] = []
+    jobs: list[RunningJob] = []
+    spark = None
+    try:
+        bootstrap = cluster.bootstrap_servers
+        per_trigger = int(args.rate * args.trigger)
+
+        def config_for(phase: str, starting: str, max_offsets: int) -> ReplmonConfig:
+            return ReplmonConfig(
+                transport=TransportConfig(bootstrap_servers=bootstrap.split(","), samples_topic=SAMPLES_TOPIC,
+                                          events_topic="bench.events", quarantine_topic="bench.quarantine",
+                                          topic_partitions=6),
+                stream=StreamConfig(trigger_interval_s=args.trigger, checkpoint_dir=work / phase / "checkpoint",
+                                    history_dir=work / phase / "history", starting_offsets=starting,
+                                    max_offsets_per_trigger=max_offsets, metrics_port=0,
+                                    spark_conf={"spark.ui.showConsoleProgress": "false"}))
+
+        config = config_for("baseline", "earliest", args.backlog_batch)
+        ensure_topic(config, SAMPLES_TOPIC)
+
+        # 1. backlog
+        started = time.monotonic()
+        run_ = start_producer(work, bootstrap, "backlog", args.partitions, 0, cycles=args.backlog_cycles,
+                              churn=args.churn)
+        producers.append(run_)
+        sent, seconds, _ = run_.wait(timeout_s=600)
+        backlog = topic_end(bootstrap)
+        check_topic_records(bootstrap)
+        results["backlog"] = backlog
+        print(f"backlog: {sent:,} samples produced in {seconds:.1f}s ({sent / seconds:,.0f}/s); topic holds "
+              f"{backlog:,}", flush=True)
+        if backlog != sent:
+            raise RuntimeError(f"topic holds {backlog} records, {sent} sent")
+
+        spark = get_session(config.stream, app_name="replmon-bench")
+        print(f"spark session up {time.monotonic() - started:.0f}s after the start", flush=True)
+        log = ProgressLog()
+
+        class Listener(StreamingQueryListener):
+            def onQueryStarted(self, event: Any) -> None:
+                pass
+
+            def onQueryProgress(self, event: Any) -> None:
+                log.add(json.loads(event.progress.json))
+
+            def onQueryIdle(self, event: Any) -> None:
+                pass
+
+            def onQueryTerminated(self, event: Any) -> None:
+                pass
+
+        spark.streams.addListener(Listener())
+
+        def of_run(query: Any) -> list[dict[str, Any]]:
+            run_id = str(query.runId)
+            return [p for p in log.get(query.name) if p.get("runId") == run_id]
+
+        def read_until(query: Any, target: int, timeout_s: float, alive: Callable[[], None],
+                       warmup_s: float = 0) -> bool:
+            """Wait until ``query`` has read ``target`` records, at most ``timeout_s`` (after its first
+            WARMUP_BATCHES batches, given at most ``warmup_s``). Prints each batch."""
+            started = time.monotonic()
+            deadline = started + timeout_s + warmup_s
+            shown = 0
+            while time.monotonic() < deadline:
+                alive()
+                got = [p for p in of_run(query) if p.get("numInputRows", 0) > 0]
+                for p in got[shown:]:
+                    print(f"  {query.name} batch {p['batchId']}: {p['numInputRows']:,} rows in "
+                          f"{p['batchDuration'] / 1000:.1f} s", flush=True)
+                shown = len(got)
+                if warmup_s and len(got) >= WARMUP_BATCHES:
+                    deadline = min(deadline, time.monotonic() + timeout_s)
+                    warmup_s = 0
+                    print(f"  {query.name}: warmed up after {time.monotonic() - started:.0f} s", flush=True)
+                all_ = of_run(query)
+                if all_ and consumed(all_[-1]) >= target:
+                    return True
+                time.sleep(0.5)
+            return False
+
+        # 2. baseline
+        results["t0"] = time.time()
+        parsed = parse_samples(kafka_source(spark, config), config.stream.state_buckets)
+        valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
+        baseline = (valid.select("bucket", "kind", "p", "r", "sample_time_ms", "cycle").writeStream
+                    .queryName("bench-baseline").format("noop")
+                    .option("checkpointLocation", str(work / "baseline" / "checkpoint"))
+                    .trigger(processingTime=f"{args.trigger} seconds").start())
+
+        def baseline_alive() -> None:
+            if not baseline.isActive:
+                raise RuntimeError(f"baseline query died: {baseline.exception()}")
+
+        read_until(baseline, backlog, args.phase_timeout, baseline_alive, args.warmup_timeout)
+        baseline.stop()
+        progress = of_run(baseline)
+        results["baseline_read"] = consumed(progress[-1]) if progress else 0
+        results["baseline_rate"], results["baseline_batches"], results["baseline_series"] = capacity(progress)
+        print(f"baseline: {results['baseline_rate']:,.0f} samples/s over {results['baseline_batches']} steady "
+              f"batches ({results['baseline_read']:,} read)", flush=True)
+
+        latency = Latency()
+        timings: list[dict[str, float]] = []
+        profile_dir = work / "profile"
+        profile_dir.mkdir()
+        bench_classes(latency, timings, profile_dir, args.cprofile)
+
+        def new_job(phase: str, starting: str, max_offsets: int) -> RunningJob:
+            cfg = config_for(phase, starting, max_offsets)
+            job = start_job(spark, cfg, exporter=globals()["BenchExporter"](cfg.stream.series_budget))
+            jobs.append(job)
+            return job
+
+        def alive_of(job: RunningJob) -> Callable[[], None]:
+            def alive() -> None:
+                for q in job.queries:
+                    if not q.isActive:
+                        raise RuntimeError(f"query {q.name} died: {q.exception()}")
+            return alive
+
+        # 3. the job on the backlog (capacity)
+        job = new_job("job", "earliest", args.backlog_batch)
+        state_query = job.queries[0]
+        job_started = time.time()
+        read_until(state_query, backlog, args.phase_timeout, alive_of(job), args.warmup_timeout)
+        backlog_done = time.time()
+        job.stop()
+        progress = of_run(state_query)
+        results["job_read"] = consumed(progress[-1]) if progress else 0
+        results["job_rate"], results["job_batches"], results["job_series"] = capacity(progress)
+        results["backlog_profile"] = profile_summary(profile_dir, job_started, backlog_done)
+        results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][WARMUP_BATCHES:]
+        print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
+              f"({results['job_read']:,} read)", flush=True)
+
+        def start_from_latest(phase: str, max_offsets: int) -> RunningJob:
+            """A fresh job reading from the end of the topic: wait for its first (empty) batch."""
+            job = new_job(phase, "latest", max_offsets)
+            deadline = time.monotonic() + 120
+            while not of_run(job.queries[0]) and time.monotonic() < deadline:
+                alive_of(job)()
+                time.sleep(0.5)
+            return job
+
+        # 4. live: the target rate offered to a job that starts with it
+        job = start_from_latest("live", per_trigger)
+        state_query = job.queries[0]
+        live_start = time.time()
+        latency.previous_newest_s = None
+        latency.recording = True
+        first_cycle = args.backlog_cycles
+        run_ = start_producer(work, bootstrap, "live", args.partitions, first_cycle, rate=args.rate,
+                              duration=args.duration, churn=args.churn)
+        producers.append(run_)
+        sent, seconds, series = run_.wait(timeout_s=args.duration + 120)
+        results["live_sent"], results["live_seconds"] = sent, seconds
+        results["producer_series"] = [(t, (n - n0) / (t - t0_)) for (t0_, n0), (t, n) in itertools.pairwise(series)
+                                      if t > t0_]
+        live_end_offset = topic_end(bootstrap)
+        produced_until = time.time()
+        read_until(state_query, live_end_offset, args.drain, alive_of(job))
+        latency.recording = False
+        drained_at = time.time()
+        job.stop()
+        live = [p for p in of_run(state_query) if p.get("numInputRows", 0) > 0]
+        input_rows = {int(p["batchId"]): int(p["numInputRows"]) for p in live}
+        for b in latency.batches:
+            if b["recording"] and b["t"] >= live_start and input_rows.get(int(b["batch_id"])):
+                # samples are stamped when built, at a constant rate: those of this batch are spread evenly
+                # between the newest sample of the previous batch and the newest of this one
+                spread = np.linspace(b["previous_newest"], b["newest"], input_rows[int(b["batch_id"])])
+                latency.add(latency.per_sample, b["t"] - spread)
+        lag_at_end = live_end_offset - (consumed(of_run(state_query)[-1]) if of_run(state_query) else 0)
+        steady_live = [p for p in live if live_start + 10 <= pd.Timestamp(p["timestamp"]).timestamp()
+                       <= produced_until]
+        span = (pd.Timestamp(steady_live[-1]["timestamp"]).timestamp() + steady_live[-1]["batchDuration"] / 1000
+                - pd.Timestamp(steady_live[0]["timestamp"]).timestamp()) if steady_live else 0
+        results["live_rate"] = sum(p["numInputRows"] for p in steady_live) / span if span else float("nan")
+        results["live_batch_s"] = float(np.median([p["batchDuration"] / 1000 for p in steady_live])) \
+            if steady_live else float("nan")
+        results["live_series"] = capacity(live)[2]
+        results["live_lag_at_end"] = lag_at_end
+        results["drain_s"] = drained_at - produced_until
+        results["live_window_s"] = drained_at - live_start
+        results["live_profile"] = profile_summary(profile_dir, live_start + 10, produced_until)
+        results["live_timings"] = [t for t in timings if live_start + 10 <= t["t"] <= produced_until]
+        delays = [b["newest_delay"] for b in latency.batches if b["recording"] and b["t"] >= live_start]
+        results["latency_batch_p95"] = float(np.percentile(delays, 95)) if delays else float("nan")
+        results["latency_partition_p95"] = Latency.percentile(latency.per_partition, 95)
+        results["latency_sample_p50"] = Latency.percentile(latency.per_sample, 50)
+        results["latency_sample_p95"] = Latency.percentile(latency.per_sample, 95)
+        results["latency_batches"] = [b for b in latency.batches if b["t"] >= live_start]
+        results["events"] = job.stats.events
+        print(f"live: produced {sent:,} in {seconds:.0f}s ({sent / seconds:,.0f}/s), processed "
+              f"{results['live_rate']:,.0f}/s steady, {lag_at_end:,} behind at the end, p95 latency per sample "
+              f"{results['latency_sample_p95']:.2f}s", flush=True)
+
+        # 5. memory with --heap-partitions tracked, by a fresh job
+        job = start_from_latest("memory", args.backlog_batch)
+        state_query = job.queries[0]
+        first_cycle += int(seconds * args.rate / args.partitions) + 2
+        run_ = start_producer(work, bootstrap, "memory", args.heap_partitions, first_cycle, cycles=1,
+                              churn=args.churn)
+        producers.append(run_)
+        run_.wait(timeout_s=600)
+        end = topic_end(bootstrap)
+        results["memory_complete"] = read_until(state_query, end, args.memory_timeout, alive_of(job))
+        time.sleep(args.trigger * 2)
+        last = of_run(state_query)[-1]
+        results["state_rows"] = sum(op.get("numRowsTotal", 0) for op in last.get("stateOperators", []))
+        results["state_memory_mb"] = sum(op.get("memoryUsedBytes", 0) for op in last.get("stateOperators", [])) / 2**20
+        results["tracked"] = len(job.exporter.snapshot())
+        results["memory"] = memory(spark)
+        quarantined = job.exporter._counters.get("replmon_quarantined_samples_total", {})
+        results["quarantined"] = int(sum(quarantined.values()))
+        results["cprofile"] = cprofile_top(profile_dir) if args.cprofile else ""
+        print(f"memory with {results['tracked']:,} partitions tracked: {results['memory']}", flush=True)
+    finally:
+        for p in producers:
+            p.stop()
+        for j in jobs:
+            j.stop()
+        if spark is not None:
+            with contextlib.suppress(Exception):
+                spark.stop()
+        cluster.down(purge=True)
+    results["load_end"] = loadavg()
+    return results
+
+
+def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[list[tuple[str, str, str, str]],
+                                                                               list[str]]:
+    trig = args.trigger
+    mem = r["memory"]
+    ok = {True: "yes", False: "**no**"}
+    ratio = r["job_rate"] / r["baseline_rate"]
+
+    def lat(value: float) -> str:
+        return f"{value:.1f} s" if value == value else f"> {r['live_window_s']:.0f} s (no batch done)"
+
+    kept_up = r["live_rate"] >= 0.97 * args.rate and r["live_lag_at_end"] <= args.rate * trig * 1.5
+    table = [
+        ("job capacity (backlog, rows / batch duration)", f"{r['job_rate']:,.0f} samples/s", "≥ 100,000",
+         ok[r["job_rate"] >= 100_000]),
+        ("stateless baseline capacity (same batches)", f"{r['baseline_rate']:,.0f} samples/s", "", ""),
+        ("job / baseline", f"{ratio:.2f}", "≥ 0.5", ok[ratio >= 0.5]),
+        (f"live: {args.rate:,.0f} samples/s offered for {args.duration:.0f} s, processed",
+         f"{r['live_rate']:,.0f} samples/s (median batch {r['live_batch_s']:.1f} s; "
+         f"{r['live_lag_at_end']:,} behind when the producer stopped)", f"{args.rate:,.0f}", ok[kept_up]),
+        ("p95 latency per sample (live, estimated, see notes)", lat(r["latency_sample_p95"]),
+         f"≤ {3 * trig:g} s", ok[r["latency_sample_p95"] <= 3 * trig]),
+        ("p95 latency, newest sample per partition per batch", lat(r["latency_partition_p95"]), "", ""),
+        ("p95 latency, newest sample of each batch (JobStats.delays_s)", lat(r["latency_batch_p95"]), "", ""),
+        (f"driver JVM heap used after GC, {r['tracked']:,} partitions tracked"
+         + ("" if r["memory_complete"] else f" (of {args.heap_partitions:,}: phase timed out)"),
+         f"{mem['heap_used_mb']:,.0f} MiB (max {mem['heap_max_mb']:,.0f})", "≤ 2,048 MiB",
+         ok[mem["heap_used_mb"] <= 2048]),
+        ("driver JVM RSS (heap + RocksDB + off-heap)", f"{mem['jvm_rss_mb']:,.0f} MiB", "", ""),
+        ("driver Python RSS", f"{mem['driver_python_rss_mb']:,.0f} MiB", "", ""),
+        (f"Python workers RSS ({mem['python_workers']:.0f} processes)", f"{mem['python_workers_rss_mb']:,.0f} MiB",
+         "", ""),
+        ("state rows (buckets) / state memory reported", f"{r['state_rows']:,} / {r['state_memory_mb']:,.0f} MiB",
+         "", ""),
+    ]
+    notes = [
+        f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark 4.0.0 (local[2]), one broker "
+        f"of Kafka 4.3.1; load average (1, 5, 15 min) {r['load_start']} at the start and {r['load_end']} at the "
+        "end. The machine is shared with other sessions' test suites, the broker and the producer JVM; figures "
+        "are what the job got of 2 cores, not of a quiet machine.",
+        f"Workload: {args.partitions:,} partitions ({args.partitions // PER_TOPIC} topics x {PER_TOPIC}) x RF 3, "
+        f"one sample per partition per cycle (leader LEO +100 per cycle, followers a few behind, HW = min ISR "
+        f"LEO, lineage in 1 sample of 12, {args.churn}/1000 of the partitions per cycle with a shrunk ISR: "
+        f"{r['events']:,} events over the run); samples topic of 6 partitions, zstd. Backlog {r['backlog']:,} "
+        f"samples (read within --phase-timeout {args.phase_timeout:g} s: baseline {r['baseline_read']:,}, job "
+        f"{r['job_read']:,}) in batches of {args.backlog_batch:,} (maxOffsetsPerTrigger; live phase "
+        f"{int(args.rate * trig):,} = rate x trigger), trigger {trig:g} s; first {WARMUP_BATCHES} batches of "
+        f"each query excluded; {r['quarantined']} samples quarantined.",
+        "Capacity = rows / batch duration over the steady backlog batches (the query is never starved). The live "
+        "and memory phases each run a fresh job (new checkpoint, startingOffsets latest), so neither inherits the "
+        "lag of the phase before. The live phase offers the target rate for real: the job keeps up or falls "
+        "behind; its first 10 s are excluded from the processed rate. Latency = time the "
+        "Prometheus table is updated (in foreachBatch) - sample_time_ms, which the producer stamps when it "
+        "builds the record. The job outputs only the newest sample of each partition per batch, so per-sample "
+        "latency is estimated: the samples of a batch are spread evenly between the newest sample time of the "
+        "previous batch and that of this one (true at a constant production rate).",
+        "The heap figure: `spark.driver.memory` is 2g (streaming/session.py), so the heap cannot exceed the "
+        "target; partition state lives in RocksDB (off-heap, in the JVM's RSS) and in the Python workers while "
+        "a bucket is processed; the driver Python keeps the exporter's table of every partition.",
+    ]
+    notes += breakdown(r, args)
+    return table, notes
+
+
+def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
+    out = []
+    for label, key, tkey in (("backlog", "backlog_profile", "backlog_timings"), ("live", "live_profile",
+                                                                                "live_timings")):
+        timings = r.get(tkey) or []
+        prof = r.get(key) or {}
+        if not timings:
+            continue
+        frame = pd.DataFrame(timings).fillna(0)
+        mean = frame.mean(numeric_only=True)
+        parts = ", ".join(f"{name} {mean.get(name, 0):.2f} s" for name in
+                          ("spark_and_collect", "exporter", "history", "publish"))
+        line = (f"Where a {label} batch goes (means over {len(frame)} batches): foreachBatch handler "
+                f"{mean['handler']:.2f} s = {parts}. 'spark_and_collect' is batch.toPandas(): the Kafka read, "
+                "parsing, shuffle into buckets and the Python processor, and the collect to the driver.")
+        if prof:
+            per = prof["rows_in"] / 1e6
+            line += (f" In the Python workers ({prof['calls']:.0f} bucket calls, {prof['rows_in']:,.0f} samples, "
+                     f"~{prof['partitions_per_bucket']:.0f} partitions per bucket), seconds per million samples: "
+                     f"input {prof['input'] / per:.2f}, state load (unpickle) {prof['load'] / per:.2f}, detection "
+                     f"{prof['process'] / per:.2f}, state save (pickle) {prof['save'] / per:.2f}, output frame "
+                     f"{prof['frame'] / per:.2f} (summed over the 2 worker processes).")
+        out.append(line)
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--rate", type=float, default=100_000, help="samples/s offered in the live phase")
+    parser.add_argument("--duration", type=float, default=120, help="seconds of the live phase")
+    parser.add_argument("--backlog-cycles", type=int, default=10)
+    parser.add_argument("--heap-partitions", type=int, default=300_000)
+    parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument("--churn", type=int, default=1, help="per mille of partitions with a shrunk ISR per cycle")
+    parser.add_argument("--drain", type=float, default=30, help="seconds to wait for the job after the live phase")
+    parser.add_argument("--phase-timeout", type=float, default=75,
+                        help="seconds at most for the baseline and for the job on the backlog")
+    parser.add_argument("--memory-timeout", type=float, default=180, help="seconds at most for the memory phase")
+    parser.add_argument("--warmup-timeout", type=float, default=240,
+                        help="seconds at most for the first batches of the baseline and of the job (not measured)")
+    parser.add_argument("--backlog-batch", type=int, default=20_000,
+                        help="maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
+    parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
+    parser.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
+    args = parser.parse_args()
+    if args.partitions % PER_TOPIC and args.partitions > PER_TOPIC:
+        parser.error(f"--partitions must be a multiple of {PER_TOPIC}")
+    command = "python bench/bench_stream.py " + shlex.join(sys.argv[1:])
+    with tempfile.TemporaryDirectory(prefix="replmon-bench-stream-") as tmp:
+        results = run(args, Path(tmp))
+    table, notes = report(args, results, command)
+    width = max(len(row[0]) for row in table)
+    print()
+    for name, value, target, met in table:
+        print(f"{name:<{width}}  {value:<40} {target:>12} {met.strip('*')}")
+    for note in notes:
+        print("\n" + note)
+    if results.get("cprofile"):
+        print(results["cprofile"])
+    if not args.no_write:
+        plot(results, PLOT)
+        write_doc(command, table, notes)
+        print(f"\nwrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
