@@ -22,6 +22,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.types import MapType, StringType
 
 from collectors.samples import CYCLE_SCHEMA, PARTITION_SCHEMA, REPLICA_SCHEMA, PartitionSample, ReplicaSample
 from replmon.config import ReplmonConfig
@@ -52,18 +53,35 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
     return reader.load()
 
 
+TOP_LEVEL = MapType(StringType(), StringType())
+"""A record's top-level fields as raw JSON text (null for JSON null): one parse tells every field's presence."""
+
+
+def _violations(model: type[PartitionSample] | type[ReplicaSample], parsed: Column, fields: Column
+                ) -> list[tuple[Column, str]]:
+    """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
+    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record: that
+    made parse_samples ~7x slower than with this lookup (bench/bench_stream.py, docs/benchmarks.md)."""
+    out: list[tuple[Column, str]] = []
+    for name, f in model.model_fields.items():
+        key = schema.json_name(name, f)
+        out += schema._field_violations(parsed[key], fields[key], schema._annotated(f), f.is_required(), key)
+    return out
+
+
 def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
     samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset)."""
     value = F.col("value").cast("string")
-    schema_name = F.get_json_object(value, "$.schema")
-    is_object = F.get_json_object(value, "$").isNotNull() & F.trim(value).startswith("{")
+    fields = F.from_json(value, TOP_LEVEL)
+    schema_name = fields["schema"]
+    is_object = fields.isNotNull() & F.trim(value).startswith("{")
     p = F.when(schema_name == PARTITION_SCHEMA, F.from_json(value, PARTITION_STRUCT))
     r = F.when(schema_name == REPLICA_SCHEMA, F.from_json(value, REPLICA_STRUCT))
-    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
+    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"), fields.alias("fields"),
                         schema_name.alias("schema"), is_object.alias("is_object"), p.alias("p"), r.alias("r"))
-    p_reason = schema.first_violation(schema.violations(PartitionSample, F.col("p"), F.col("raw")))
-    r_reason = schema.first_violation(schema.violations(ReplicaSample, F.col("r"), F.col("raw")))
+    p_reason = schema.first_violation(_violations(PartitionSample, F.col("p"), F.col("fields")))
+    r_reason = schema.first_violation(_violations(ReplicaSample, F.col("r"), F.col("fields")))
     reason: Column = (
         F.when(F.col("raw").isNull() | ~F.col("is_object"), F.lit(schema.MALFORMED_JSON))
         .when(F.col("schema").isNull() | ~F.col("schema").isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
