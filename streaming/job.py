@@ -53,7 +53,7 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
     return reader.load()
 
 
-TOP_LEVEL = MapType(StringType(), StringType())
+TOP_LEVEL = MapType(StringType(), StringType()).simpleString()
 """A record's top-level fields as raw JSON text (null for JSON null): one parse tells every field's presence."""
 
 
