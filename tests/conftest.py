@@ -28,6 +28,12 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="replmon-pytest-")
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that use the long-running pipeline (collector + Spark job) run last, so that it never loads the
+    machine under the timing-sensitive cluster tests of the other modules."""
+    items.sort(key=lambda item: "pipeline" in getattr(item, "fixturenames", ()))
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One 3-broker cluster for the session; its JVMs die with the test process even if it crashes."""
