@@ -60,8 +60,8 @@ TOP_LEVEL = MapType(StringType(), StringType()).simpleString()
 def _violations(model: type[PartitionSample] | type[ReplicaSample], parsed: Column, fields: Column
                 ) -> list[tuple[Column, str]]:
     """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
-    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record: that
-    made parse_samples ~7x slower than with this lookup (bench/bench_stream.py, docs/benchmarks.md)."""
+    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record
+    (parse_samples ~3x faster with the lookup: docs/benchmarks.md, "Streaming job")."""
     out: list[tuple[Column, str]] = []
     for name, f in model.model_fields.items():
         key = schema.json_name(name, f)
