@@ -126,7 +126,7 @@ class Demo:
         # watched one (`replmon cluster status` afterwards)
         cdir = resolve_cluster_dir(None)
         self.say("starting a one-broker local cluster for samples and events (deleted at the end)")
-        self.transport = LocalCluster.up(self.work / "transport", brokers=1, die_with_parent=True)
+        self.transport = LocalCluster.up(self.work / "transport", brokers=1, die_with_parent=True, remember=False)
         exists = (cdir / "cluster.json").exists()
         self.cluster_was_running = exists and all(
             s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())

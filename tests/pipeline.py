@@ -118,7 +118,8 @@ def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFac
     """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both; all stopped (and
     the transport cluster deleted) on exit."""
     cluster.heal()
-    transport = LocalCluster.up(tmp_path_factory.mktemp("transport"), brokers=1, die_with_parent=True)
+    transport = LocalCluster.up(tmp_path_factory.mktemp("transport"), brokers=1, die_with_parent=True,
+                                remember=False)
     try:
         p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix)
         try:

@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,9 +24,13 @@ REPLMON = [sys.executable, "-m", "replmon.cli"]
 LAG_MAX_S = int(BROKER_DEFAULTS["replica.lag.time.max.ms"]) / 1000
 
 
+CLI_STATE = tempfile.mkdtemp(prefix="replmon-cli-state-")
+"""The CLI tests' own state dir: their clusters must not become the session's default (last started) cluster."""
+
+
 def replmon(*args: str, env: dict[str, str] | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*REPLMON, *args], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "REPLMON_STATE_DIR": CLI_STATE, **(env or {})})
 
 
 def no_process_of(cluster_dir: Path) -> bool:

@@ -36,7 +36,8 @@ def replmon_children_of(pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def transport(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster.up(tmp_path_factory.mktemp("run-transport"), brokers=1, die_with_parent=True)
+    local = LocalCluster.up(tmp_path_factory.mktemp("run-transport"), brokers=1, die_with_parent=True,
+                           remember=False)
     yield local
     local.down(purge=True)
 

@@ -192,6 +192,7 @@ class LocalCluster:
         die_with_parent: bool = False,
         timeout_s: float = START_TIMEOUT_S,
         on_progress: Callable[[str], None] = lambda _msg: None,
+        remember: bool = True,
     ) -> LocalCluster:
         """Start the cluster in ``cluster_dir`` (created and formatted on first use) and wait until every
         broker is registered and unfenced. On any failure nothing of it is left running."""
@@ -207,7 +208,8 @@ class LocalCluster:
             running = [s for s in cluster.status() if s.state != NodeState.STOPPED]
             if len(running) == len(cluster.spec.nodes):
                 cluster.resume_all()
-                cluster._remember()
+                if remember:
+                    cluster._remember()
                 return cluster
             if running:
                 cluster.down()
@@ -226,7 +228,8 @@ class LocalCluster:
         except BaseException:
             cluster.down()
             raise
-        cluster._remember()
+        if remember:  # `status`, `fault`, `down` and the default target of the other commands use it
+            cluster._remember()
         return cluster
 
     @classmethod
