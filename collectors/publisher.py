@@ -12,8 +12,10 @@ Both offer the same small API (:class:`SampleSink`), used by the protocol sample
 Values are :func:`collectors.samples.to_json`, keys :func:`record_key` (cluster/topic/partition), so every
 sample of one partition lands in one Kafka partition, in order. The samples topic is created when missing,
 with ``retention.ms`` and ``compression.type``. When the samples cluster is away, samples wait in a bounded
-buffer (``collector.buffer_max_samples``) and the sender backs off exponentially; what does not fit, or what
-the producer fails to deliver, is dropped and counted (``replmon_collector_samples_dropped``).
+buffer (``collector.buffer_max_samples``) and the sender backs off exponentially; a delivery that fails for a
+retriable reason (no leader, too few in-sync replicas, timeout) goes back into the buffer. What does not fit,
+or fails for good (a record too large, a missing ACL), is dropped and counted
+(``replmon_collector_samples_dropped``).
 """
 
 from __future__ import annotations
@@ -270,7 +272,7 @@ class SamplePublisher:
                 self._failed(f"sending to {self.topic} failed: {_describe(exc)}")
                 return
             future.add_callback(self._on_ack)
-            future.add_errback(self._on_error)
+            future.add_errback(self._on_error, (key, value))
 
     def _on_ack(self, _metadata: Any) -> None:
         with self._cond:
@@ -283,11 +285,18 @@ class SamplePublisher:
             self._recovered()
         self._update_gauge()
 
-    def _on_error(self, exc: BaseException) -> None:
+    def _on_error(self, record: Record, exc: BaseException) -> None:
+        """A retriable failure (no leader, too few in-sync replicas, delivery timeout) puts the sample back at the
+        head of the buffer, to be sent again after the backoff; any other failure drops it."""
+        requeued = False
         with self._cond:
             self._in_flight -= 1
+            if getattr(exc, "retriable", False) and not self._closing and len(self._buffer) < self.max_buffered:
+                self._buffer.appendleft(record)
+                requeued = True
             self._cond.notify_all()
-        self._count_dropped(1, _describe(exc))
+        if not requeued:
+            self._count_dropped(1, _describe(exc))
         self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
         self._update_gauge()
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psutil
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
@@ -486,6 +487,7 @@ class Demo:
         return table
 
     def cleanup(self) -> None:
+        started = _descendants()  # before anything stops: a child killed below orphans its own children
         for producer in self.producers:
             with contextlib.suppress(Exception):
                 producer.close()
@@ -516,6 +518,27 @@ class Demo:
                 self.cluster.down()
         if self.transport is not None:
             self.transport.down(purge=True)
+        _stop_processes(started + _descendants())
+
+
+def _descendants() -> list[psutil.Process]:
+    try:
+        return psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _stop_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
+    """What is left of what the demo started (a Spark Python worker, a JVM whose parent was killed): SIGTERM,
+    then SIGKILL after ``grace_s``; returns when all are gone."""
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test
 
 from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer
-from tests.kafka_view import KafkaView
+from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import Pipeline, running_pipeline
 
 _topic_ids = itertools.count()
@@ -44,14 +44,31 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         local.down(purge=True)
 
 
+HEAL_DEADLINE_S = 90
+"""Every broker back and every partition's ISR full again, after the worst fault test (an unclean election)."""
+
+
+def heal(cluster: LocalCluster, kafka_view: KafkaView) -> None:
+    """Every broker running and every partition fully replicated: a test after a fault test must not meet the
+    last one's shrunken ISRs (a samples topic below min.insync.replicas, a follower still catching up)."""
+    cluster.heal()
+    kafka_view.reconnect()
+
+    def fully_replicated() -> bool:
+        if lagging := kafka_view.under_replicated():
+            raise AssertionError(f"{len(lagging)} partition(s) without a full ISR: {', '.join(lagging[:10])}")
+        return True
+
+    wait_until(fully_replicated, HEAL_DEADLINE_S, "every partition of the session cluster back to a full ISR")
+
+
 @pytest.fixture
 def healthy_cluster(cluster: LocalCluster, kafka_view: KafkaView) -> Iterator[LocalCluster]:
-    """The session cluster with every broker running, before and after the test (fault tests use it)."""
-    cluster.heal()
-    kafka_view.reconnect()
+    """The session cluster with every broker running and every ISR full, before and after the test (fault
+    tests use it)."""
+    heal(cluster, kafka_view)
     yield cluster
-    cluster.heal()
-    kafka_view.reconnect()
+    heal(cluster, kafka_view)
 
 
 @pytest.fixture(scope="session")

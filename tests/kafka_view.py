@@ -106,6 +106,12 @@ class KafkaView:
                     )
         raise LookupError(f"{topic}-{partition} not in metadata")
 
+    def under_replicated(self) -> list[str]:
+        """Every partition of the cluster without a leader or with a replica outside the ISR (``topic-N``)."""
+        topics = self.call(lambda admin: admin.describe_topics())
+        return [f"{t['name']}-{p['partition_index']}" for t in topics for p in t["partitions"]
+                if p["leader_id"] < 0 or set(p["replica_nodes"]) - set(p["isr_nodes"])]
+
     def high_watermark(self, topic: str, partition: int = 0) -> int:
         tp = TopicPartition(topic, partition)
         return int(self.call(lambda admin: admin.list_partition_offsets({tp: OffsetSpec.LATEST}))[tp].offset)

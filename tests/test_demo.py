@@ -4,6 +4,7 @@ that saw it, and leave no process behind, also when interrupted with SIGINT mid-
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import re
@@ -138,8 +139,9 @@ def demo(tmp_path: Path) -> Iterator[DemoRun]:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=10)
-        for pid in _demo_processes(state):
-            os.kill(pid, signal.SIGKILL)
+        for pid in {*_demo_processes(state), *_mentioning(state)}:  # a failed test leaves nothing running
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @pytest.mark.timeout(RUN_TIMEOUT_S + 180)
@@ -170,7 +172,8 @@ def test_sigint_mid_run_stops_every_process_of_the_demo(demo: DemoRun) -> None:
     demo.wait_line(r"collector pid \d+, streaming job pid \d+", 300)
     demo.wait_line(r"injected: pause broker", 480)  # mid-timeline: a broker is paused right now
     clusters = _demo_processes(demo.state)
-    assert len(clusters) == 6, "controller + 3 brokers, and the transport cluster: controller + 1 broker"
+    assert len(clusters) == 6, f"controller + 3 brokers, and the transport cluster: controller + 1 broker; " \
+        f"found {[_cmdline(pid)[-120:] for pid in clusters]}"
     everything = _descendants(demo.proc.pid)
     assert set(clusters) <= everything
     commands = [_cmdline(pid) for pid in everything]
@@ -182,5 +185,6 @@ def test_sigint_mid_run_stops_every_process_of_the_demo(demo: DemoRun) -> None:
     assert code == 130, demo.output[-4000:]
     assert "interrupted" in demo.output and "stopped every process the demo started" in demo.output
     assert not _demo_processes(demo.state)
-    assert not [pid for pid in everything if _alive(pid)], "processes of the demo outlived it"
+    outlived = [_cmdline(pid)[:200] for pid in everything if _alive(pid)]
+    assert not outlived, f"processes of the demo outlived it: {outlived}"
     assert not _mentioning(demo.state)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from kafka import KafkaConsumer
+from kafka.errors import NotEnoughReplicasError
 from kafka.future import Future
 
 from collectors.metrics import CollectorMetrics
@@ -31,14 +32,19 @@ def config(**collector: Any) -> ReplmonConfig:
 
 
 class FakeProducer:
-    def __init__(self, fail: bool = False) -> None:
+    """Fails its first ``failures`` sends with ``error``, then succeeds."""
+
+    def __init__(self, fail: bool = False, failures: int = 0, error: Exception | None = None) -> None:
         self.sent: list[tuple[str, bytes, bytes]] = []
-        self.fail = fail
+        self.failures = 1 << 30 if fail else failures
+        self.error = error or RuntimeError("broker away")
 
     def send(self, topic: str, key: bytes, value: bytes) -> Future:
         self.sent.append((topic, key, value))
         future = Future()
-        return future.failure(RuntimeError("broker away")) if self.fail else future.success(None)
+        if len(self.sent) <= self.failures:
+            return future.failure(self.error)
+        return future.success(None)
 
     def close(self, timeout: float | None = None) -> None:
         pass
@@ -104,6 +110,19 @@ def test_failed_deliveries_are_dropped_and_counted() -> None:
     wait_until(lambda: pub.dropped == 5, 10, "five failed deliveries counted")
     assert pub.outage is not None and pub.buffered == 0
     pub.close()
+
+
+def test_retriable_delivery_failures_are_sent_again_not_dropped() -> None:
+    """Too few in-sync replicas on the samples topic (a broker of the samples cluster restarting) is retriable:
+    the samples wait in the buffer and go out once the partition is writable again."""
+    producer = FakeProducer(failures=3, error=NotEnoughReplicasError())
+    pub = SamplePublisher(config(), producer_factory=lambda kw: producer, topic_creator=lambda c: None)
+    pub.publish([partition_sample(i) for i in range(3)])
+    assert pub.flush(timeout_s=20), pub.outage
+    pub.close()
+    assert pub.dropped == 0 and pub.published == 3 and pub.outage is None
+    delivered = [parse_sample(v).cycle for _, _, v in producer.sent[3:]]  # type: ignore[union-attr]
+    assert sorted(delivered) == [0, 1, 2]
 
 
 @pytest.fixture

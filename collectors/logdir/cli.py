@@ -89,10 +89,10 @@ def agent(args: argparse.Namespace) -> int:
             reporter.report(scans)
             sink.publish(s for scan in scans for s in scan.samples)
             if args.once:
-                delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S)
+                delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S) and not sink.dropped
                 if not delivered:
                     why = getattr(sink, "outage", None)
-                    say(f"{sink.buffered} sample(s) not delivered within {ONCE_FLUSH_TIMEOUT_S:g} s"
+                    say(f"{sink.buffered + sink.dropped} sample(s) not delivered within {ONCE_FLUSH_TIMEOUT_S:g} s"
                         + (f": {why}" if why else ""))
                 return 1 if not delivered or any(scan.error for scan in scans) else 0
             cycle += 1

@@ -44,9 +44,10 @@ def collect(args: argparse.Namespace) -> int:
         if args.once:
             errors = collector.run_once()
             flushed = sink.flush(timeout_s=max(10.0, config.collector.request_timeout_ms / 1000 * 2))
-            if not flushed:
+            if not flushed or sink.dropped:
                 logging.getLogger("replmon.collector").error(
-                    "%d sample(s) not acknowledged by the samples cluster", sink.buffered)
+                    "%d sample(s) not acknowledged by the samples cluster, %d dropped", sink.buffered, sink.dropped)
+                flushed = False
             if errors:  # each already reported on one line
                 return 2 if len(errors) == len(collector.loops) else 1
             return 0 if flushed else 1
