@@ -11,12 +11,16 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from replmon import __version__
 from replmon.errors import ReplmonError
+
+if TYPE_CHECKING:
+    from replmon.localcluster.secure import LocalSecurity
 
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -43,11 +47,21 @@ def _cluster_up(args: argparse.Namespace) -> int:
     if args.unclean_election:
         overrides["unclean.leader.election.enable"] = "true"
     with err_console.status(f"starting Apache Kafka {KAFKA_VERSION}") as status:
-        cluster = LocalCluster.up(args.dir, brokers=args.brokers, overrides=overrides,
+        cluster = LocalCluster.up(args.dir, brokers=args.brokers, overrides=overrides, secure=args.secure,
                                   on_progress=lambda msg: status.update(msg))
-    err_console.print(f"local cluster up in {cluster.dir} (Kafka {KAFKA_VERSION}, brokers {cluster.broker_ids})")
+    err_console.print(f"local cluster up in {cluster.dir} (Kafka {KAFKA_VERSION}, brokers {cluster.broker_ids}, "
+                      f"{cluster.protocol})")
+    if cluster.spec.security is not None:
+        err_console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
     print(cluster.bootstrap_servers)
     return 0
+
+
+def _security_summary(sec: LocalSecurity) -> str:
+    """Where a client finds what it needs; never the passwords themselves."""
+    return (f"security: {sec.protocol} ({sec.sasl_mechanism}), controller listener {sec.controller_protocol} with "
+            f"client certificates; CA {sec.ca_file}; users {', '.join(sec.users)} (passwords in "
+            f"{sec.credentials_file}, Java client settings in {sec.ca_file.parent}/USER.properties)")
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -69,7 +83,9 @@ def _cluster_status(args: argparse.Namespace) -> int:
         table.add_row(str(node.node_id), node.role, str(node.pid or "-"),
                       f"[{colors[node.state]}]{node.state}[/]", node.listener, str(node.log_dir))
     console.print(table)
-    console.print(f"bootstrap servers: {cluster.bootstrap_servers}")
+    console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})")
+    if cluster.spec.security is not None:
+        console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
     return 0
 
 
@@ -139,6 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="override a broker setting, e.g. --set replica.lag.time.max.ms=5000 (repeatable)")
     up.add_argument("--unclean-election", action="store_true",
                     help="allow unclean leader election cluster-wide (unclean.leader.election.enable=true)")
+    up.add_argument("--secure", action="store_true",
+                    help="SASL_SSL listeners (SCRAM-SHA-512 over TLS, certificates made here), SCRAM users admin, "
+                    "collector, agent and job, ACLs enforced (docs/security.md); only when the cluster is created")
     up.set_defaults(handler=_cluster_up)
 
     status = csub.add_parser("status", help="table of nodes: id, role, pid, state, listener, log dir")

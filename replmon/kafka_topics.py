@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from kafka.admin import KafkaAdminClient
-from kafka.errors import TopicAlreadyExistsError
+from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from replmon.config import ReplmonConfig
 from replmon.errors import ReplmonError
+from replmon.security import missing_permission
 
 TOPIC_COMPRESSION = "zstd"
 """compression.type of replmon's topics: JSON compresses ~10x."""
@@ -34,8 +35,17 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
             return
         for entry in result.get("topics", []):
             code = entry.get("error_code", 0)
+            if code == TopicAuthorizationFailedError.errno:
+                if _exists(admin, topic):  # created by an operator: CREATE is not needed
+                    return
+                raise ReplmonError(missing_permission(config.samples_security().username, "CREATE", "TOPIC", topic)
+                                   + " (create it beforehand, or grant CREATE: docs/security.md)")
             if code not in (0, TopicAlreadyExistsError.errno):
                 raise ReplmonError(f"creating topic {topic} failed: error code {code} "
                                    f"{entry.get('error_message') or ''}".strip())
     finally:
         admin.close()
+
+
+def _exists(admin: KafkaAdminClient, topic: str) -> bool:
+    return any(t.get("error_code", 0) == 0 for t in admin.describe_topics([topic]))

@@ -20,6 +20,7 @@ def local_cluster_config(cluster_dir: Path | str | None = None) -> ClusterConfig
         name=LOCAL_CLUSTER_NAME,
         bootstrap_servers=cluster.bootstrap_servers.split(","),
         log_dirs={b: [cluster.broker_log_dir(b)] for b in cluster.broker_ids},
+        security=cluster.client_security(),  # a secure local cluster: its admin (docs/security.md)
     )
 
 

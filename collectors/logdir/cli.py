@@ -75,8 +75,10 @@ def agent(args: argparse.Namespace) -> int:
     if args.output == "-":
         sink = JsonLinesOutput()
     else:
+        from replmon.security import Role, check_access
         from replmon.targets import with_default_cluster
 
+        check_access(with_default_cluster(config), Role.AGENT)
         sink = SamplePublisher(with_default_cluster(config), client_id="replmon-logdir-agent")
     reporter = LogDirReporter()
     verified = VerifiedBatches()

@@ -13,6 +13,7 @@ from collectors.protocol.runner import Collector, collector_id
 from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
 from replmon.config import load_config
 from replmon.errors import ReplmonError
+from replmon.security import Role, check_access
 from replmon.targets import with_default_cluster
 
 
@@ -37,6 +38,7 @@ def collect(args: argparse.Namespace) -> int:
     if args.output == "-":
         sink = JsonLinesOutput()
     else:
+        check_access(config, Role.COLLECTOR)
         sink = SamplePublisher(config, client_id=f"replmon-collector-{collector_id(config)}", metrics=metrics)
     collector = Collector(config, sink, metrics)
     server = None

@@ -20,6 +20,7 @@ from kafka.net.selector import NetworkSelector
 
 from replmon.config import ClusterConfig
 from replmon.errors import ReplmonError
+from replmon.kafka_diagnose import refusal
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +104,9 @@ class ClusterClient:
         servers = ",".join(self.cluster.bootstrap_servers)
         protocol = self.cluster.security.protocol
         auth = [e for e in self._manager._auth_failures.values()] if self._manager else []
+        refused = None if auth else refusal(self.cluster.bootstrap_servers, self.cluster.security)
+        if refused:
+            return refused
         if auth:
             return (f"authentication to {servers} failed ({type(auth[0]).__name__}: {auth[0]}); check "
                     f"security.sasl_mechanism, username and password")

@@ -26,8 +26,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from replmon.config import SecurityConfig, TransportConfig
 from replmon.errors import ReplmonError
-from replmon.localcluster import artifacts, properties
+from replmon.localcluster import artifacts, properties, secure
+from replmon.localcluster.secure import LocalSecurity
 from replmon.paths import state_dir
 
 START_TIMEOUT_S = 120.0
@@ -73,6 +75,8 @@ class ClusterSpec(BaseModel):
     kafka_version: str
     nodes: list[NodeSpec]
     broker_overrides: dict[str, str] = {}
+    security: LocalSecurity | None = None
+    """Set for a cluster started with ``--secure`` (SASL_SSL, SCRAM-SHA-512, ACLs): :mod:`.secure`."""
 
 
 class NodeStatus(BaseModel):
@@ -193,9 +197,12 @@ class LocalCluster:
         timeout_s: float = START_TIMEOUT_S,
         on_progress: Callable[[str], None] = lambda _msg: None,
         remember: bool = True,
+        secure: bool = False,
     ) -> LocalCluster:
         """Start the cluster in ``cluster_dir`` (created and formatted on first use) and wait until every
-        broker is registered and unfenced. On any failure nothing of it is left running."""
+        broker is registered and unfenced. On any failure nothing of it is left running. ``secure`` creates
+        a SASL_SSL/SCRAM cluster with ACLs enforced (:mod:`replmon.localcluster.secure`); an existing cluster
+        keeps the security it was created with."""
         if brokers < 1:
             raise ReplmonError(f"--brokers must be at least 1, not {brokers}")
         cdir = Path(cluster_dir).expanduser().resolve() if cluster_dir else default_cluster_dir().resolve()
@@ -205,6 +212,9 @@ class LocalCluster:
         state_file = cdir / "cluster.json"
         if state_file.exists():
             cluster = cls(ClusterSpec.model_validate_json(state_file.read_text()), die_with_parent)
+            if secure and cluster.spec.security is None:
+                raise ReplmonError(f"the local cluster in {cdir} was created without --secure: choose another "
+                                   "--dir, or delete it with `replmon cluster down --purge`")
             running = [s for s in cluster.status() if s.state != NodeState.STOPPED]
             if len(running) == len(cluster.spec.nodes):
                 cluster.resume_all()
@@ -217,7 +227,7 @@ class LocalCluster:
                 cluster.spec.broker_overrides.update(overrides)
                 cluster._write_configs()
         else:
-            cluster = cls._create(cdir, brokers, dict(overrides or {}), die_with_parent)
+            cluster = cls._create(cdir, brokers, dict(overrides or {}), die_with_parent, secure)
             on_progress(f"formatting storage of {len(cluster.spec.nodes)} nodes in {cdir}")
             cluster._format(java, libs)
         try:
@@ -225,6 +235,9 @@ class LocalCluster:
             for node in cluster.spec.nodes:
                 cluster._start_node(node, java, libs)
             cluster.wait_until_registered(cluster.broker_ids, timeout_s=timeout_s)
+            if cluster.spec.security is not None:
+                on_progress("granting each role its ACLs")
+                cluster.grant_roles()
         except BaseException:
             cluster.down()
             raise
@@ -242,7 +255,7 @@ class LocalCluster:
 
     @classmethod
     def _create(
-        cls, cdir: Path, brokers: int, overrides: dict[str, str], die_with_parent: bool
+        cls, cdir: Path, brokers: int, overrides: dict[str, str], die_with_parent: bool, secure_: bool = False
     ) -> LocalCluster:
         if cdir.exists() and any(cdir.iterdir()):
             raise ReplmonError(f"{cdir} is not empty and holds no replmon cluster: choose another --dir")
@@ -256,7 +269,8 @@ class LocalCluster:
         nodes += [NodeSpec(node_id=i, role=NodeRole.BROKER, port=port_list[i], dir=cdir / f"broker-{i}")
                   for i in range(1, brokers + 1)]
         spec = ClusterSpec(dir=cdir, cluster_id=new_cluster_id(), kafka_version=artifacts.KAFKA_VERSION,
-                           nodes=nodes, broker_overrides={**properties.sized_defaults(brokers), **overrides})
+                           nodes=nodes, broker_overrides={**properties.sized_defaults(brokers), **overrides},
+                           security=secure.create(cdir) if secure_ else None)
         cluster = cls(spec, die_with_parent)
         cluster._write_configs()
         return cluster
@@ -266,12 +280,18 @@ class LocalCluster:
         (self.spec.dir / "log4j2.properties").write_text(properties.LOG4J2)
         for node in self.spec.nodes:
             node.dir.mkdir(parents=True, exist_ok=True)
+            sec = self.spec.security
             if node.role == NodeRole.CONTROLLER:
                 props = properties.controller_properties(node.port, node.data_dir, self.spec.broker_overrides)
+                props.update(secure.controller_props(sec) if sec else {})
             else:
                 props = properties.broker_properties(node.node_id, node.port, controller.port, node.data_dir,
                                                      self.spec.broker_overrides)
-            node.config_file.write_text(properties.render(props))
+                props.update(secure.broker_props(sec, node.port) if sec else {})
+            if sec is None:
+                node.config_file.write_text(properties.render(props))
+            else:  # it holds the inter-broker password
+                secure.write_secret(node.config_file, properties.render(props))
         self._save()
 
     def _java_cmd(self, java: str, libs: Path, heap: str, main: str, *args: str) -> list[str]:
@@ -281,9 +301,10 @@ class LocalCluster:
 
     def _format(self, java: str, libs: Path) -> None:
         procs = []
+        scram = secure.scram_format_args(self.spec.security) if self.spec.security else []
         for node in self.spec.nodes:
             cmd = self._java_cmd(java, libs, "256m", "kafka.tools.StorageTool", "format",
-                                 "-t", self.spec.cluster_id, "-c", str(node.config_file))
+                                 "-t", self.spec.cluster_id, "-c", str(node.config_file), *scram)
             log = (node.dir / "format.log").open("w")
             procs.append((node, log, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
                                                       stdin=subprocess.DEVNULL)))
@@ -404,18 +425,54 @@ class LocalCluster:
         result = []
         for node in self.spec.nodes:
             state = self.node_state(node.node_id)
-            listener = ("CONTROLLER" if node.role == NodeRole.CONTROLLER else "PLAINTEXT") + f"://127.0.0.1:{node.port}"
+            listener = self.listener(node)
             result.append(NodeStatus(node_id=node.node_id, role=node.role,
                                      pid=node.pid if state != NodeState.STOPPED else None,
                                      state=state, listener=listener, log_dir=node.data_dir))
         return result
 
-    def registered_brokers(self) -> set[int]:
-        """Brokers the cluster's metadata lists: registered and unfenced."""
+    @property
+    def protocol(self) -> str:
+        """The brokers' security protocol: PLAINTEXT, or SASL_SSL for a secure cluster."""
+        return self.spec.security.protocol if self.spec.security else "PLAINTEXT"
+
+    def listener(self, node: NodeSpec) -> str:
+        if node.role == NodeRole.CONTROLLER:
+            name = "CONTROLLER" + (f"({self.spec.security.controller_protocol})" if self.spec.security else "")
+        else:
+            name = self.protocol
+        return f"{name}://127.0.0.1:{node.port}"
+
+    def client_security(self, user: str | None = None) -> SecurityConfig:
+        """replmon's security settings for ``user`` (default: the admin) on this cluster; PLAINTEXT when the
+        cluster is not secure."""
+        if self.spec.security is None:
+            return SecurityConfig()
+        return secure.client_security(self.spec.security, user or self.spec.security.admin_user)
+
+    def admin_client(self, request_timeout_ms: int = 3000) -> Any:
+        """A kafka-python admin client as the cluster's admin (a super user of a secure cluster)."""
         from kafka.admin import KafkaAdminClient
 
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=3000,
-                                 client_id="replmon-localcluster")
+        return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=request_timeout_ms,
+                                client_id="replmon-localcluster", **self.client_security().kafka_python())
+
+    def grant_roles(self, transport: TransportConfig | None = None) -> None:
+        """Give each role's user (replmon.security.Role) its grants, for the topic names of ``transport``
+        (default: replmon's default names)."""
+        from replmon import security
+
+        transport = transport or TransportConfig()
+        admin = self.admin_client(request_timeout_ms=10_000)
+        try:
+            for role in security.Role:
+                security.create_acls(admin, security.acl_objects(security.grants(role), transport, f"User:{role}"))
+        finally:
+            admin.close()
+
+    def registered_brokers(self) -> set[int]:
+        """Brokers the cluster's metadata lists: registered and unfenced."""
+        admin = self.admin_client()
         try:
             return {int(b["broker_id"]) for b in admin.describe_cluster()["brokers"]}
         finally:
@@ -511,10 +568,7 @@ class LocalCluster:
     def elect_unclean(self, topic: str, partition: int, timeout_s: float = 30.0) -> None:
         """Force an unclean leader election (ElectLeaders, type UNCLEAN) for one partition: a live replica
         outside the ISR may become leader and the partition loses what only the old leader had."""
-        from kafka.admin import KafkaAdminClient
-
-        admin = KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=10000,
-                                 client_id="replmon-localcluster")
+        admin = self.admin_client(request_timeout_ms=10_000)
         try:
             admin.elect_leaders(1, {topic: [partition]}, timeout_ms=int(timeout_s * 1000))
         except Exception as exc:
