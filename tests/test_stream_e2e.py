@@ -4,11 +4,13 @@ the sequenced producer and consumer, never from replmon."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable
 
 import pytest
 
-from replmon.localcluster import LocalCluster
+from replmon.localcluster import LocalCluster, NodeState
 from replmon.workload import SequencedProducer, readable_sequences
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, of
@@ -110,6 +112,21 @@ def test_unclean_election_gives_unclean_leader_change_and_the_exact_committed_lo
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
                == len(lost), DEADLINE_S, "the committed-loss counter")
     assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1
+
+    # The old leader is still down, its log holding what only it had. The log-dir agent reads that log from disk
+    # and the job reports the divergence and the offsets the broker will truncate, before it comes back.
+    agent = subprocess.run(
+        [sys.executable, "-m", "replmon.cli", "agent", "--log-dir", str(healthy_cluster.broker_log_dir(1)),
+         "--broker-id", "1", "--once", "--config", str(pipeline.config)],
+        capture_output=True, text=True, timeout=120)
+    assert agent.returncode == 0, agent.stdout + agent.stderr
+    divergence = pipeline.wait_event("EPOCH_DIVERGENCE of the stopped old leader", lambda e: of(
+        e2e_topic, "EPOCH_DIVERGENCE")(e) and e["brokers"][0] == 1)
+    assert divergence["leader"] == 2 and divergence["leader_epoch"] == kafka_view.partition(e2e_topic).leader_epoch
+    assert divergence["offset_start"] == end, "where broker 2's log ended and its unclean epoch began"
+    assert divergence["offset_end"] == high_watermark, "the old leader's log end offset"
+    assert divergence["offset_end"] - divergence["offset_start"] == len(lost)
+    assert healthy_cluster.node_state(1) == NodeState.STOPPED, "reported before the old leader truncates"
 
 
 def test_job_killed_mid_stream_loses_and_duplicates_no_event(
