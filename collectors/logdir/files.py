@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -110,6 +111,15 @@ def index_start_position(index_path: Path, read: Callable[[int, int], bytes], lo
                          crc_check: Callable[[BatchHeader], bool]) -> int:
     """Where to start walking the segment: the last offset index entry's position when a complete batch with
     a matching CRC starts there, else 0 (no index, no entry yet, or an index that disagrees with the log)."""
+    return index_start(index_path, read, log_size, crc_check)[0]
+
+
+def index_start(index_path: Path, read: Callable[[int, int], bytes], log_size: int,
+                crc_check: Callable[[BatchHeader], bool]) -> tuple[int, str | None]:
+    """:func:`index_start_position`, and what is wrong when the index has an entry that does not point at a
+    complete, valid batch of the log (None when it does, or has no entry). Kafka appends an index entry only
+    after the batch it points at, and truncates the index before the log: a disagreement means the segment
+    was truncated or rewritten beneath its index."""
     try:
         with open(index_path, "rb") as f:
             fd = f.fileno()
@@ -129,32 +139,46 @@ def index_start_position(index_path: Path, read: Callable[[int, int], bytes], lo
 
             entry = last_index_entry(read_entry, entries)
     except OSError:
-        return 0
-    if entry is None or not 0 < entry[1] < log_size:
-        return 0
+        return 0, None
+    if entry is None:
+        return 0, None
+    position = entry[1]
+    if not 0 < position < log_size:
+        return 0, f"offset index entry at position {position}, beyond the segment's {log_size} bytes"
     try:
-        batch = read_batch_header(read, log_size, entry[1])
-    except SegmentCorrupt:
-        return 0
-    return entry[1] if batch is not None and crc_check(batch) else 0
+        batch = read_batch_header(read, log_size, position)
+    except SegmentCorrupt as exc:
+        return 0, f"offset index entry at position {position}: {exc}"
+    if batch is None or not crc_check(batch):
+        return 0, f"offset index entry at position {position}: no complete valid batch there"
+    return position, None
 
 
 def read_segment_tail(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None) -> SegmentTail:
+    return read_segment_tail_checked(log_path, base_offset, verified)[0]
+
+
+def read_segment_tail_checked(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None
+                              ) -> tuple[SegmentTail, str | None]:
+    """The segment's tail, and what is wrong with its offset index (see :func:`index_start`); the tail is
+    then walked from the segment's start. A disagreement is looked at twice: a reader racing Kafka's own
+    truncation or a compaction swap may see the index and the log of two different moments."""
     verified = verified if verified is not None else VerifiedBatches()
+    index_path = log_path.with_name(layout.index_file_name(base_offset))
     with open(log_path, "rb") as f:
         fd = f.fileno()
-        size = os.fstat(fd).st_size
-        reader = WindowReader(fd)
-
-        def crc_check(batch: BatchHeader) -> bool:
-            return verified.check(log_path, reader.read, batch)
-
-        index_path = log_path.with_name(layout.index_file_name(base_offset))
-        start = index_start_position(index_path, reader.read, size, crc_check)
+        for _attempt in range(2):
+            size = os.fstat(fd).st_size
+            reader = WindowReader(fd)  # a fresh window: the second look must not see the first one's bytes
+            crc_check = partial(verified.check, log_path, reader.read)
+            start, problem = index_start(index_path, reader.read, size, crc_check)
+            if problem is None:
+                break
         try:
-            return walk_segment(reader.read, size, base_offset, start, crc_check)
+            tail = walk_segment(reader.read, size, base_offset, start, crc_check)
         except SegmentCorrupt as exc:
             raise SegmentCorrupt(f"segment {log_path.name}: {exc}") from None
+    return tail, None if problem is None else f"segment {log_path.name}: {problem}"
 
 
 @dataclass
@@ -195,8 +219,11 @@ def _read_replica_dir(path: Path, verified: VerifiedBatches | None) -> ReplicaFi
     except (CheckpointError, OSError) as exc:
         files.errors.append(_describe(exc, layout.PARTITION_METADATA))
     try:
-        files.epoch_lineage = read_parsed(path / layout.LEADER_EPOCH_CHECKPOINT,
-                                          parse_leader_epoch_checkpoint) or []
+        lineage = read_parsed(path / layout.LEADER_EPOCH_CHECKPOINT, parse_leader_epoch_checkpoint)
+        files.epoch_lineage = lineage or []
+        if lineage is None and bases:
+            # Kafka creates it with the log and replaces it only by renaming: missing means deleted
+            files.errors.append(f"no {layout.LEADER_EPOCH_CHECKPOINT} (deleted?)")
     except (CheckpointError, OSError) as exc:
         files.errors.append(_describe(exc, layout.LEADER_EPOCH_CHECKPOINT))
     if not bases:
@@ -205,7 +232,10 @@ def _read_replica_dir(path: Path, verified: VerifiedBatches | None) -> ReplicaFi
     files.first_segment_base_offset = min(bases)
     active = max(bases)
     try:
-        files.tail = read_segment_tail(path / f"{active:020d}{layout.LOG_FILE_SUFFIX}", active, verified)
+        files.tail, problem = read_segment_tail_checked(path / f"{active:020d}{layout.LOG_FILE_SUFFIX}", active,
+                                                        verified)
+        if problem is not None:
+            files.errors.append(problem)
     except SegmentCorrupt as exc:
         files.errors.append(str(exc))
     except FileNotFoundError:

@@ -79,6 +79,9 @@ def read_root_checkpoints(log_dir: Path) -> RootCheckpoints:
         try:
             parsed = read_parsed(log_dir / name, partial(parse_offset_checkpoint, what=name))
             root.offsets[name] = parsed or {}
+            if parsed is None:
+                # a broker creates its checkpoints at start-up and replaces them only by renaming
+                root.errors[name] = f"no {name} (deleted?)"
         except CheckpointError as exc:
             root.errors[name] = str(exc)
         except OSError as exc:
