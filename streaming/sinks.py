@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from replmon.config import ReplmonConfig
+from replmon.errors import ReplmonError
 from replmon.kafka_topics import ensure_topic
 
 log = logging.getLogger(__name__)
@@ -30,6 +32,7 @@ log = logging.getLogger(__name__)
 RECENT_IDS = 200_000
 """Event ids remembered for de-duplication (far more than one micro-batch can hold)."""
 READ_BACK_PER_PARTITION = 20_000
+READ_BACK_TIMEOUT_S = 120.0
 
 
 class RecentIds:
@@ -68,11 +71,13 @@ def read_back_ids(config: ReplmonConfig, topic: str, per_partition: int = READ_B
         for tp in tps:
             consumer.seek(tp, max(start[tp], end[tp] - per_partition))
         ids: list[str] = []
+        deadline = time.monotonic() + READ_BACK_TIMEOUT_S
         while any(consumer.position(tp) < end[tp] for tp in tps):
-            batch = consumer.poll(timeout_ms=1000)
-            if not batch:
-                break
-            for records in batch.values():
+            # an empty poll is not the end (a loaded cluster answers the first fetch late): only the deadline is
+            if time.monotonic() > deadline:
+                raise ReplmonError(f"could not read back the event ids of {topic} within "
+                                   f"{READ_BACK_TIMEOUT_S:.0f} s: events of a replayed batch would be written twice")
+            for records in consumer.poll(timeout_ms=1000).values():
                 ids.extend(r.key.decode() for r in records if r.key)
         return ids
     finally:
