@@ -147,11 +147,13 @@ def acl_objects(role_grants: Iterable[Grant], transport: TransportConfig, princi
     return out
 
 
-def admin_client(bootstrap_servers: Iterable[str], security: SecurityConfig, client_id: str) -> Any:
+def admin_client(bootstrap_servers: Iterable[str], security: SecurityConfig, client_id: str,
+                 bootstrap_timeout_ms: int = 10_000) -> Any:
     from kafka.admin import KafkaAdminClient
 
     return KafkaAdminClient(bootstrap_servers=list(bootstrap_servers), client_id=client_id,
-                            request_timeout_ms=10_000, bootstrap_timeout_ms=10_000, **security.kafka_python())
+                            request_timeout_ms=10_000, bootstrap_timeout_ms=bootstrap_timeout_ms,
+                            **security.kafka_python())
 
 
 def create_acls(admin: Any, acls: list[Any]) -> None:
@@ -179,6 +181,8 @@ def missing_permission(user: str | None, operation: str, resource_type: str, nam
     return f"{code}: {who} lacks {operation} on {resource_type.lower()} {name}"
 
 
+CHECK_BOOTSTRAP_TIMEOUT_MS = 5_000
+"""How long :func:`check_access` tries to reach the samples cluster before it lets the stage start anyway."""
 TOPIC_AUTHORIZATION_FAILED = 29
 UNKNOWN_TOPIC_OR_PARTITION = 3
 
@@ -214,7 +218,7 @@ def check_access(config: ReplmonConfig, role: Role) -> None:
                     if g.resource_type == "TOPIC"]
     security = config.samples_security()
     servers = config.samples_bootstrap()
-    admin = connect_admin(servers, security, f"replmon-{role}-check", what="the samples cluster")
+    admin = connect_admin(servers, security, f"replmon-{role}-check", what="samples cluster")
     if admin is None:
         return
     try:
@@ -231,7 +235,7 @@ def connect_admin(servers: list[str], security: SecurityConfig, client_id: str, 
     from replmon.kafka_diagnose import refusal
 
     try:
-        return admin_client(servers, security, client_id)
+        return admin_client(servers, security, client_id, bootstrap_timeout_ms=CHECK_BOOTSTRAP_TIMEOUT_MS)
     except Exception as exc:
         reason = refusal(servers, security)
         if reason is None:

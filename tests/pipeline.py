@@ -5,13 +5,14 @@ Shared by tests/test_stream_e2e.py and tests/test_prometheus_e2e.py (one definit
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import signal
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +21,15 @@ import yaml
 from kafka import KafkaConsumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
+from replmon.config import SecurityConfig
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
 from tests.kafka_view import wait_until
 
 TOPIC_PREFIX = "e2e-"
+SAMPLES_TOPIC = "e2e.replmon.samples"
+EVENTS_TOPIC = "e2e.replmon.events"
+QUARANTINE_TOPIC = "e2e.replmon.quarantine"
 DEADLINE_S = 120
 JOB_START_DEADLINE_S = 240
 """Spark's start and first micro-batch: ~40 s alone, minutes on a shared 2-core machine under other Spark jobs."""
@@ -36,15 +41,19 @@ class Pipeline:
     most of its brokers in these tests."""
 
     def __init__(self, cluster: LocalCluster, transport: LocalCluster, root: Path,
-                 topic_prefix: str = TOPIC_PREFIX) -> None:
+                 topic_prefix: str = TOPIC_PREFIX, security: Mapping[str, SecurityConfig] | None = None) -> None:
+        """``security``: per command ("collect", "stream"), the settings it uses on both clusters (each then gets
+        its own configuration file, ``replmon-<command>.yaml``); by default none (PLAINTEXT)."""
         self.cluster = cluster
         self.transport = transport
         self.root = root
         self.metrics_port = free_port()
         self.collector_metrics_port = free_port()
         self.config = root / "replmon.yaml"
-        self.events_topic = "e2e.replmon.events"
-        self.config.write_text(yaml.safe_dump({
+        self.events_topic = EVENTS_TOPIC
+        self.samples_topic = SAMPLES_TOPIC
+        self.quarantine_topic = QUARANTINE_TOPIC
+        settings: dict[str, Any] = {
             "clusters": [{
                 "name": "local", "bootstrap_servers": cluster.bootstrap_servers.split(","),
                 "topics": {"include": [f"{topic_prefix}.*"]},
@@ -52,20 +61,28 @@ class Pipeline:
             "collector": {"interval_s": 1.0, "request_timeout_ms": 2000, "metrics_port": self.collector_metrics_port,
                           "lineage_refresh_cycles": 5, "config_refresh_cycles": 2},
             "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","),
-                          "samples_topic": "e2e.replmon.samples", "events_topic": self.events_topic,
-                          "quarantine_topic": "e2e.replmon.quarantine", "topic_partitions": 2},
+                          "samples_topic": self.samples_topic, "events_topic": self.events_topic,
+                          "quarantine_topic": self.quarantine_topic, "topic_partitions": 2},
             "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(root / "checkpoint"),
                        "history_dir": str(root / "history"), "starting_offsets": "earliest",
                        "metrics_port": self.metrics_port, "state_buckets": 8, "stale_after_s": 120,
                        "hw_stalled_after_s": 120},
-        }))
+        }
+        self.config.write_text(yaml.safe_dump(settings))
+        self.configs: dict[str, Path] = {}
+        for command, sec in (security or {}).items():
+            own = copy.deepcopy(settings)
+            own["clusters"][0]["security"] = own["transport"]["security"] = security_settings(sec)
+            self.configs[command] = root / f"replmon-{command}.yaml"
+            self.configs[command].write_text(yaml.safe_dump(own))
         self.collector = self._start("collect")
         self.job: subprocess.Popen[bytes] | None = None
         self.start_job()
 
     def _start(self, command: str) -> subprocess.Popen[bytes]:
         log = (self.root / f"{command}.log").open("ab")
-        return subprocess.Popen([sys.executable, "-m", "replmon.cli", command, "--config", str(self.config)],
+        config = self.configs.get(command, self.config)
+        return subprocess.Popen([sys.executable, "-m", "replmon.cli", command, "--config", str(config)],
                                 stdout=log, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def start_job(self) -> None:
@@ -103,7 +120,7 @@ class Pipeline:
         return None
 
     def events(self) -> list[dict[str, Any]]:
-        return read_topic(self.transport.bootstrap_servers, self.events_topic)
+        return read_topic(self.transport.bootstrap_servers, self.events_topic, self.transport.client_security())
 
     def wait_event(self, what: str, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         def probe() -> dict[str, Any] | None:
@@ -130,10 +147,21 @@ def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFac
         transport.down(purge=True)
 
 
-def read_topic(bootstrap_servers: str, topic: str) -> list[dict[str, Any]]:
+def security_settings(security: SecurityConfig) -> dict[str, Any]:
+    """``security`` as a configuration file holds it (the password in clear, as an operator writes it)."""
+    out = security.model_dump(mode="json", exclude_none=True)
+    for key in ("password", "ssl_key_password"):
+        secret = getattr(security, key)
+        if secret is not None:
+            out[key] = secret.get_secret_value()
+    return out
+
+
+def read_topic(bootstrap_servers: str, topic: str, security: SecurityConfig | None = None) -> list[dict[str, Any]]:
     """Every JSON record of ``topic`` (committed ones), from the beginning to its current end."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
-                             group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed")
+                             group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed",
+                             **(security or SecurityConfig()).kafka_python())
     try:
         tps = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
         consumer.assign(tps)
