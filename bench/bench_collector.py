@@ -1,11 +1,11 @@
 """Benchmark of the protocol sampler: wall time and requests of one steady cycle at growing partition counts.
 
-    .venv/bin/python bench/bench_collector.py [--partitions 1000 5000 20000] [--cycles 5] [--no-write]
+    .venv/bin/python bench/bench_collector.py [--partitions 1000 5000 20000] [--brokers 3] [--cycles 5] [--no-write]
 
-Starts its own 3-broker local cluster in a temporary directory (stopped and deleted at the end), creates topics
-of 1000 partitions (replication factor 3) up to each level, lets the sampler settle (lineage walks, configs),
-then times ``--cycles`` steady cycles (no lineage or config refresh due). Prints the figures and writes them,
-with the command that produced them, to the "## Collector" section of docs/benchmarks.md.
+Starts its own local cluster (``--brokers``, 3 by default) in a temporary directory (stopped and deleted at the
+end), creates topics of 1000 partitions (replication factor 3) up to each level, lets the sampler settle (lineage
+walks, configs), then times ``--cycles`` steady cycles (no lineage or config refresh due). Prints the figures and
+writes them, with the command that produced them, to the "## Collector" section of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -71,7 +71,7 @@ def measure(sampler: ClusterSampler, cycles: int) -> dict[str, float]:
             "partitions": cycle.partitions}
 
 
-def write_doc(command: str, rows: list[tuple[int, dict[str, float]]], note: str) -> None:
+def write_doc(command: str, brokers: int, rows: list[tuple[int, dict[str, float]]], note: str) -> None:
     table = ["| partitions | replicas | steady cycle, median | max | requests per cycle |",
              "|---:|---:|---:|---:|---:|"]
     for partitions, r in rows:
@@ -79,7 +79,8 @@ def write_doc(command: str, rows: list[tuple[int, dict[str, float]]], note: str)
                      f"| {r['requests']:.0f} |")
     section = "\n".join([
         "## Collector", "",
-        "Protocol sampler (`collectors/protocol`), one steady cycle against a local 3-broker Kafka 4.3.1 cluster "
+        "Protocol sampler (`collectors/protocol`), one steady cycle against a local "
+        f"{brokers}-broker Kafka 4.3.1 cluster "
         f"(replication factor 3, topics of {TOPIC_PARTITIONS} partitions) on {os.cpu_count()} cores, "
         f"Python {platform.python_version()}: metadata, every ListOffsets question and the samples built (not "
         "published). Target: 20k partitions (60k replicas) in under 2 s.", "",
@@ -96,6 +97,9 @@ def write_doc(command: str, rows: list[tuple[int, dict[str, float]]], note: str)
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, nargs="+", default=[1000, 5000, 20000])
+    parser.add_argument("--brokers", type=int, default=3,
+                        help="brokers of the cluster (replication factor 3 whatever the count): every broker keeps "
+                             "a file open per replica it hosts, and this machine allows 20,000 per process")
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args()
@@ -103,7 +107,7 @@ def main() -> int:
     rows: list[tuple[int, dict[str, float]]] = []
     note = ""
     with tempfile.TemporaryDirectory(prefix="replmon-bench-") as tmp:
-        cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=3, die_with_parent=True,
+        cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=args.brokers, die_with_parent=True,
                                   overrides={"log.index.size.max.bytes": "65536"})
         try:
             config = ClusterConfig(name="bench", bootstrap_servers=cluster.bootstrap_servers.split(","),
@@ -132,7 +136,7 @@ def main() -> int:
         finally:
             cluster.down(purge=True)
     if not args.no_write and rows:
-        write_doc(command, rows, note)
+        write_doc(command, args.brokers, rows, note)
     return 0 if rows else 1
 
 
