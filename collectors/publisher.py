@@ -116,7 +116,8 @@ class SamplePublisher:
     """Publishes samples to ``transport.samples_topic`` from a background thread.
 
     ``publish`` only encodes and buffers. The sender thread connects (creating the topic if needed), hands
-    records to a KafkaProducer (at most ``MAX_IN_FLIGHT`` unacknowledged), and on any failure backs off
+    records to a KafkaProducer (at most ``MAX_IN_FLIGHT`` unacknowledged; buffered and unacknowledged together
+    at most ``collector.buffer_max_samples``), and on any failure backs off
     (0.5 s doubling to 30 s) before trying again. Records whose delivery failed are dropped, not re-sent, so
     the samples of one partition never arrive out of order.
     """
@@ -133,6 +134,7 @@ class SamplePublisher:
         self.config = config
         self.topic = config.transport.samples_topic
         self.max_buffered = config.collector.buffer_max_samples
+        self._max_in_flight = min(MAX_IN_FLIGHT, self.max_buffered)
         self.metrics = metrics
         self._client_id = client_id
         self._producer_factory = producer_factory
@@ -158,7 +160,8 @@ class SamplePublisher:
             if self._closing:
                 raise RuntimeError("SamplePublisher is closed")
             self._buffer.extend(records)
-            overflow = len(self._buffer) - self.max_buffered
+            # the bound covers what the producer holds unacknowledged too: that is memory as well
+            overflow = len(self._buffer) + self._in_flight - self.max_buffered
             for _ in range(max(0, overflow)):
                 self._buffer.popleft()  # the oldest go first: newer samples supersede them
             self._cond.notify_all()
@@ -218,7 +221,7 @@ class SamplePublisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closing and (not self._buffer or self._in_flight >= MAX_IN_FLIGHT):
+                while not self._closing and (not self._buffer or self._in_flight >= self._max_in_flight):
                     self._cond.wait(0.5)
                 if self._closing:
                     return
@@ -253,7 +256,7 @@ class SamplePublisher:
 
         while True:
             with self._cond:
-                if self._closing or not self._buffer or self._in_flight >= MAX_IN_FLIGHT:
+                if self._closing or not self._buffer or self._in_flight >= self._max_in_flight:
                     return
                 key, value = self._buffer.popleft()
                 self._in_flight += 1

@@ -2,7 +2,9 @@
 batch of requests to many brokers at once and wait for all answers until one deadline.
 
 A broker that does not answer (paused: the socket stays open but silent; killed: refused) costs at most the
-deadline; its outcome carries the error. Every request handed to a connection is counted (``on_request``).
+deadline; its outcome carries the error. Every batch tries every broker again (no reconnect backoff carried
+over from earlier batches), so a broker is read in the first cycle after it returns. Every request handed to a
+connection is counted (``on_request``).
 """
 
 from __future__ import annotations
@@ -139,6 +141,20 @@ class ClusterClient:
     def request_metadata_update(self) -> None:
         self._manager.cluster.request_update()
 
+    def refresh_metadata(self, timeout_s: float) -> bool:
+        """Refresh the client's metadata (the brokers' addresses) and wait for it, at most ``timeout_s``;
+        False when it did not complete in time."""
+        future = self._manager.cluster.request_update()
+        try:
+            self._net.run(self._wait, future, int(timeout_s * 1000))
+        except Exception as exc:
+            log.debug("metadata refresh: %s", exc)
+            return False
+        return True
+
+    async def _wait(self, future: Future, timeout_ms: int) -> Any:
+        return await self._manager.wait_for(future, timeout_ms)
+
     def api_versions(self, api_key: int) -> tuple[int, int] | None:
         """(min, max) version of ``api_key`` the bootstrap broker supports, or None."""
         data = self._manager.broker_version_data
@@ -164,6 +180,10 @@ class ClusterClient:
 
     async def _send_all(self, calls: list[Call], timeout_ms: int) -> list[Outcome]:
         deadline = time.monotonic() + timeout_ms / 1000
+        # The sampler paces the retries (one attempt per cycle): kafka-python's own reconnect backoff, grown
+        # while a broker was down, would fail its requests at once for seconds after it is back.
+        for broker in {call.broker for call in calls}:
+            self._manager.reset_backoff(broker)
         futures = []
         for call in calls:
             self.on_request(call.label, call.broker)

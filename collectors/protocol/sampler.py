@@ -40,6 +40,8 @@ DESCRIBE_TOPIC_PARTITIONS = "DescribeTopicPartitions"
 METADATA = "Metadata"
 SILENT_BROKER_GRACE_S = 0.5
 """How long a broker that did not answer last cycle is waited for once every other broker has answered."""
+METADATA_REFRESH_WAIT_S = 1.0
+"""How long a cycle waits for the client's metadata when a partition names a broker the client does not know."""
 UNREACHABLE_ERRORS = (Errors.KafkaConnectionError, Errors.RequestTimedOutError, Errors.KafkaTimeoutError,
                       Errors.NodeNotReadyError, Errors.UnknownBrokerIdError, ConnectionError, TimeoutError)
 FENCED_OR_UNKNOWN_EPOCH = (74, 75)  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
@@ -99,10 +101,11 @@ class ClusterSampler:
             log.warning(warning)
         selected = [m for m in metas if self.selector.wants(m.topic, m.internal)]
         leads, hosts = rq.group_by_broker(selected)
-        for broker in hosts:
-            if not self.client.knows_broker(broker):
-                self.client.request_metadata_update()
-                break
+        if any(not self.client.knows_broker(broker) for broker in hosts):
+            # a broker back from the dead is in the partitions' replicas before it is in the client's
+            # metadata: refresh it now, so that this cycle already reads it (a broker still down costs one
+            # metadata round trip to a live broker)
+            self.client.refresh_metadata(timeout_s=min(METADATA_REFRESH_WAIT_S, self.config.request_timeout_ms / 1000))
 
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
             leads, hosts, self._list_offsets_version(), self.config.request_timeout_ms)]
