@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
@@ -210,7 +211,12 @@ class RunningJob:
                     if exc is not None:
                         raise RuntimeError(f"query {query.name} failed: {exc}")
                     return
-            self.spark.streams.awaitAnyTermination(timeout=1)
+            try:
+                self.spark.streams.awaitAnyTermination(timeout=1)
+            except StreamingQueryException:
+                # a query failed: the loop above raises its error (the caller restarts it); forget the failure so
+                # that the restarted queries are awaited, not the old one again
+                self.spark.streams.resetTerminated()
 
 
 def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter | None = None) -> RunningJob:
