@@ -114,10 +114,15 @@ def kafka_acls_command(grant: Grant, principal: str | None = None) -> str:
 
 
 def kafka_acls_commands() -> str:
+    """Every grant as a kafka-acls.sh command, by role and cluster (default topic names)."""
     lines = []
     for role in Role:
-        lines.append(f"# {role}")
-        lines += [kafka_acls_command(g) for g in grants(role)]
+        for where in Where:
+            role_grants = grants(role, where)
+            if role_grants:
+                on = "each watched cluster" if where == Where.WATCHED else "the transport cluster"
+                lines.append(f"# {role}, on {on}")
+                lines += [kafka_acls_command(g) for g in role_grants]
     return "\n".join(lines)
 
 
@@ -132,6 +137,27 @@ def markdown_table() -> str:
         why = g.why + (" (only while replmon creates the topic)" if g.create_only else "")
         rows.append(f"| {g.role} (`User:{g.role}`) | {g.where} | {resource} | {g.operation} | {why} |")
     return "\n".join(rows)
+
+
+GENERATED = {"grants-table": markdown_table, "kafka-acls-commands": kafka_acls_commands}
+"""docs/security.md's generated blocks: between ``<!-- generated: NAME -->`` and ``<!-- end: NAME -->``."""
+
+
+def render_doc(text: str) -> str:
+    """``text`` with every generated block replaced by a fresh generation."""
+    for name, generate in GENERATED.items():
+        start, end = f"<!-- generated: {name} -->\n", f"<!-- end: {name} -->"
+        head, found, rest = text.partition(start)
+        if not found:
+            raise ValueError(f"no generated block {name!r}")
+        _old, found, tail = rest.partition(end)
+        if not found:
+            raise ValueError(f"generated block {name!r} has no end")
+        body = generate()
+        if name == "kafka-acls-commands":
+            body = f"```sh\n{body}\n```"
+        text = f"{head}{start}{body}\n{end}{tail}"
+    return text
 
 
 # ---------------------------------------------------------------------------------------------- ACLs on a cluster

@@ -16,6 +16,8 @@ from replmon.paths import cache_dir
 
 SPARK_VERSION = "4.0.0"
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas"
+"""Spark's default (secret|password|token|access.key) plus ``jaas``: ``kafka.sasl.jaas.config``."""
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
@@ -58,6 +60,10 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
         "spark.python.worker.reuse": "true",
+        # the Kafka source's options carry the SASL JAAS config (with its password): Spark masks settings and
+        # data source options whose key or value matches these wherever it shows them (logs, plans, UI)
+        "spark.redaction.regex": REDACTION_REGEX,
+        "spark.sql.redaction.options.regex": "(?i)url|" + REDACTION_REGEX.removeprefix("(?i)"),
     }
     if cfg.kafka_jars_dir is not None:
         conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
