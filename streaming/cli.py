@@ -53,11 +53,13 @@ def run_job_until_stopped(config: ReplmonConfig) -> int:
     """Run the job until a signal; call it inside :func:`_stop_on_signals`. A query that fails (on a starved
     machine Spark's Python workers can time out connecting back) is restarted from its checkpoint, with the same
     metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job with an error."""
+    from replmon import redact
     from replmon.security import Role, check_access
     from streaming.exporter import JobExporter
     from streaming.job import start_job
     from streaming.session import get_session
 
+    redact.install(config)
     check_access(config, Role.JOB)  # before Spark starts: a refused user or a missing ACL is one line, at once
     spark = get_session(config.stream)
     exporter = JobExporter(config.stream.series_budget)

@@ -63,7 +63,10 @@ class LogDirReporter:
 
 
 def agent(args: argparse.Namespace) -> int:
+    from replmon import redact
+
     config = load_config(args.config)
+    redact.install(config)
     if args.output not in (None, "-"):
         raise ReplmonError(f"--output takes only '-' (JSON lines on stdout), not {args.output!r}")
     log_dirs = [Path(d) for d in args.log_dirs]

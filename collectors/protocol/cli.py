@@ -11,6 +11,7 @@ import threading
 from collectors.metrics import CollectorMetrics
 from collectors.protocol.runner import Collector, collector_id
 from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
+from replmon import redact
 from replmon.config import load_config
 from replmon.errors import ReplmonError
 from replmon.security import Role, check_access
@@ -33,6 +34,7 @@ def collect(args: argparse.Namespace) -> int:
     if args.output not in (None, "-"):
         raise ReplmonError(f"--output takes '-' (JSON lines on stdout), not {args.output!r}")
     config = with_default_cluster(load_config(args.config))
+    redact.install(config)  # kafka-python logs its configuration, password included, at DEBUG
     metrics = CollectorMetrics()
     sink: SampleSink
     if args.output == "-":
