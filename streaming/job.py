@@ -23,9 +23,16 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
-from pyspark.sql.types import MapType, StringType
+from pyspark.sql.types import ArrayType, MapType, StringType
 
-from collectors.samples import CYCLE_SCHEMA, PARTITION_SCHEMA, REPLICA_SCHEMA, PartitionSample, ReplicaSample
+from collectors.samples import (
+    CYCLE_SCHEMA,
+    PARTITION_SCHEMA,
+    REPLICA_SCHEMA,
+    CycleSample,
+    PartitionSample,
+    ReplicaSample,
+)
 from replmon.config import ReplmonConfig
 from streaming import schema
 from streaming.detect import DetectConfig
@@ -37,6 +44,7 @@ log = logging.getLogger(__name__)
 
 PARTITION_STRUCT = schema.spark_schema(PartitionSample)
 REPLICA_STRUCT = schema.spark_schema(ReplicaSample)
+CYCLE_STRUCT = schema.spark_schema(CycleSample)
 KNOWN_SCHEMAS = (PARTITION_SCHEMA, REPLICA_SCHEMA, CYCLE_SCHEMA)
 
 
@@ -54,12 +62,15 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
     return reader.load()
 
 
-TOP_LEVEL = MapType(StringType(), StringType()).simpleString()
-"""A record's top-level fields as raw JSON text (null for JSON null): one parse tells every field's presence."""
+TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
+"""A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
+null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
+stops after the first value; inside brackets, anything after it breaks the array)."""
+
+Model = type[PartitionSample] | type[ReplicaSample] | type[CycleSample]
 
 
-def _violations(model: type[PartitionSample] | type[ReplicaSample], parsed: Column, fields: Column
-                ) -> list[tuple[Column, str]]:
+def _violations(model: Model, parsed: Column, fields: Column) -> list[tuple[Column, str]]:
     """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
     once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record
     (parse_samples ~3x faster with the lookup: docs/benchmarks.md, "Streaming job")."""
@@ -70,24 +81,39 @@ def _violations(model: type[PartitionSample] | type[ReplicaSample], parsed: Colu
     return out
 
 
+def _first_violation(model: Model, parsed: Column, fields: Column) -> Column:
+    """The reason of the first failed check, else ``unknown_field:<name>`` for a field the model does not have
+    (its models forbid extra fields), else null."""
+    known = F.array(*[F.lit(schema.json_name(n, f)) for n, f in model.model_fields.items()])
+    unknown = F.array_except(F.map_keys(fields), known)
+    return F.coalesce(schema.first_violation(_violations(model, parsed, fields)),
+                      F.when(F.size(unknown) > 0, F.concat(F.lit(f"{schema.UNKNOWN_FIELD}:"), F.array_min(unknown))))
+
+
 def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
     samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset)."""
-    value = F.col("value").cast("string")
-    fields = F.from_json(value, TOP_LEVEL)
+    text = F.col("value").cast("string")
+    # JSON is UTF-8: a record that is not goes to the quarantine with its bad bytes replaced (U+FFFD), and
+    # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch)
+    value = F.make_valid_utf8(text)
+    wrapped = F.from_json(F.concat(F.lit("["), value, F.lit("]")), TOP_LEVEL)
+    fields = F.when(F.size(wrapped) == 1, wrapped[0])
     schema_name = fields["schema"]
-    is_object = fields.isNotNull() & F.trim(value).startswith("{")
     p = F.when(schema_name == PARTITION_SCHEMA, F.from_json(value, PARTITION_STRUCT))
     r = F.when(schema_name == REPLICA_SCHEMA, F.from_json(value, REPLICA_STRUCT))
+    c = F.when(schema_name == CYCLE_SCHEMA, F.from_json(value, CYCLE_STRUCT))
     staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"), fields.alias("fields"),
-                        schema_name.alias("schema"), is_object.alias("is_object"), p.alias("p"), r.alias("r"))
-    p_reason = schema.first_violation(_violations(PartitionSample, F.col("p"), F.col("fields")))
-    r_reason = schema.first_violation(_violations(ReplicaSample, F.col("r"), F.col("fields")))
+                        schema_name.alias("schema"), p.alias("p"), r.alias("r"), c.alias("c"),
+                        F.is_valid_utf8(text).alias("utf8"))
     reason: Column = (
-        F.when(F.col("raw").isNull() | ~F.col("is_object"), F.lit(schema.MALFORMED_JSON))
+        F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
+        .when(~F.col("utf8"), F.lit(schema.INVALID_UTF8))
+        .when(F.col("fields").isNull(), F.lit(schema.MALFORMED_JSON))
         .when(F.col("schema").isNull() | ~F.col("schema").isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
-        .when(F.col("schema") == PARTITION_SCHEMA, p_reason)
-        .when(F.col("schema") == REPLICA_SCHEMA, r_reason)
+        .when(F.col("schema") == PARTITION_SCHEMA, _first_violation(PartitionSample, F.col("p"), F.col("fields")))
+        .when(F.col("schema") == REPLICA_SCHEMA, _first_violation(ReplicaSample, F.col("r"), F.col("fields")))
+        .when(F.col("schema") == CYCLE_SCHEMA, _first_violation(CycleSample, F.col("c"), F.col("fields")))
     )
     kind = (F.when(F.col("schema") == PARTITION_SCHEMA, F.lit("p"))
             .when(F.col("schema") == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))

@@ -124,12 +124,15 @@ def spark_schema(model: type[BaseModel]) -> StructType:
 
 # ---------------------------------------------------------------------------------------------- validation
 MALFORMED_JSON = "malformed_json"
+INVALID_UTF8 = "invalid_utf8"
+UNKNOWN_FIELD = "unknown_field"
 UNKNOWN_SCHEMA = "unknown_schema"
 MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 OUT_OF_RANGE = "out_of_range"
 BAD_LENGTH = "bad_length"
-QUARANTINE_REASONS = (MALFORMED_JSON, UNKNOWN_SCHEMA, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE, BAD_LENGTH)
+QUARANTINE_REASONS = (MALFORMED_JSON, INVALID_UTF8, UNKNOWN_SCHEMA, UNKNOWN_FIELD, MISSING_FIELD, WRONG_TYPE,
+                      OUT_OF_RANGE, BAD_LENGTH)
 
 
 def _scalar_checks(value: Column, bounds: Bounds, base: Any, where: str) -> list[tuple[Column, str]]:

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from collectors.samples import EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample, to_json
+from collectors.samples import CycleSample, EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample, to_json
 from streaming import schema
 from streaming.events import Event
 from streaming.job import parse_samples
@@ -95,11 +95,26 @@ def test_valid_samples_pass_with_their_values(spark: SparkSession) -> None:
         (json.dumps(partition_sample(isr=[1, -7])).encode(), "out_of_range:isr[]"),
         (json.dumps(partition_sample(replica_offsets=[{"broker_id": 1, "log_end_offset": -1}])).encode(),
          "out_of_range:replica_offsets[].log_end_offset"),
+        # JSON is UTF-8; one object, nothing after it (Spark's parser alone would stop at the first value)
+        (json.dumps(partition_sample()).encode().replace(b'"c1"', b'"c\xff1"'), "invalid_utf8"),
+        (json.dumps(partition_sample()).encode() + b" trailing", "malformed_json"),
+        (json.dumps(partition_sample()).encode() * 2, "malformed_json"),
+        (b"[" + json.dumps(partition_sample()).encode() + b"]", "malformed_json"),
+        (b"", "malformed_json"),
+        (json.dumps(partition_sample(evil=1)).encode(), "unknown_field:evil"),  # the models forbid extra fields
+        (json.dumps({"schema": "cycle/v1", "cluster": "c1"}).encode(), "missing_field:collector_id"),
     ],
 )
 def test_bad_records_get_their_reason(spark: SparkSession, value: bytes | None, reason: str) -> None:
     (row,) = parse(spark, [value])
     assert row["reason"] == reason
+
+
+def test_valid_cycle_samples_and_leading_whitespace_pass(spark: SparkSession) -> None:
+    cycle = CycleSample(cluster="c1", collector_id="col", cycle=3, sample_time_ms=1, duration_ms=5, partitions=2,
+                        brokers=[1, 2])
+    out = parse(spark, [to_json(cycle), b" \n" + json.dumps(partition_sample()).encode()])
+    assert [(r["kind"], r["reason"]) for r in out] == [("c", None), ("p", None)]
 
 
 def test_bad_records_do_not_disturb_good_ones(spark: SparkSession) -> None:
