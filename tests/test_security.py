@@ -102,34 +102,42 @@ def acl(grant: Grant) -> list[Any]:
 
 
 class Revoked:
-    """``grant`` withdrawn from its role's user inside the block, given back (and seen in effect) after it."""
+    """``grant`` withdrawn from its role's user inside the block, given back after it; both seen in effect on
+    ``topic`` (default: the grant's own topic) before going on."""
 
-    def __init__(self, cluster: LocalCluster, grant: Grant) -> None:
+    def __init__(self, cluster: LocalCluster, grant: Grant, topic: str | None = None) -> None:
         self.cluster = cluster
         self.grant = grant
+        self.topic = topic or grant.resource_name(TRANSPORT)
 
     def _config(self) -> ReplmonConfig:
         return ReplmonConfig(clusters=[], transport=TRANSPORT.model_copy(update={
             "bootstrap_servers": self.cluster.bootstrap_servers.split(","),
             "security": self.cluster.client_security(str(self.grant.role))}))
 
-    def __enter__(self) -> Revoked:
+    def _withheld(self) -> bool:
+        as_role = security.admin_client(self.cluster.bootstrap_servers.split(","),
+                                        self.cluster.client_security(str(self.grant.role)), "replmon-test")
+        try:
+            return security.check_topic_grants(as_role, None, [(self.topic, self.grant)]) is not None
+        finally:
+            as_role.close()
+
+    def _admin(self, change: Any) -> None:
         admin = self.cluster.admin_client(10_000)
         try:
-            security.delete_acls(admin, acl(self.grant))
+            change(admin, acl(self.grant))
         finally:
             admin.close()
-        wait_until(lambda: _refused(self._config(), self.grant.role), 30, f"{self.grant} to be withdrawn")
+
+    def __enter__(self) -> Revoked:
+        self._admin(security.delete_acls)
+        wait_until(self._withheld, 30, f"{self.grant} to be withdrawn")
         return self
 
     def __exit__(self, *_exc: object) -> None:
-        admin = self.cluster.admin_client(10_000)
-        try:
-            security.create_acls(admin, acl(self.grant))
-        finally:
-            admin.close()
-        wait_until(lambda: _refused(self._config(), self.grant.role) is None, 30,
-                   f"{self.grant} to be given back")
+        self._admin(security.create_acls)
+        wait_until(lambda: not self._withheld(), 30, f"{self.grant} to be given back")
 
 
 def _refused(config: ReplmonConfig, role: Role) -> str | None:
@@ -243,6 +251,25 @@ def test_job_without_read_on_the_samples_topic_stops_before_spark_starts(secure_
     assert one_line(result.stderr).endswith(
         f"TOPIC_AUTHORIZATION_FAILED: user job lacks READ on topic {SAMPLES_TOPIC} (docs/security.md lists the "
         "ACLs of the job)")
+
+
+def test_collector_without_describe_configs_names_it_and_samples_without_min_isr(secure_cluster: LocalCluster,
+                                                                                 tmp_path: Path) -> None:
+    topic = f"{TOPIC_PREFIX}secure-configs-{os.urandom(3).hex()}"
+    admin = secure_cluster.admin_client(10_000)
+    try:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1}}, timeout_ms=15_000)
+    finally:
+        admin.close()
+    config = role_config(secure_cluster, secure_cluster.client_security("collector"), tmp_path / "collector.yaml")
+    with Revoked(secure_cluster, _grant(Role.COLLECTOR, "DESCRIBE_CONFIGS", "*"), topic):
+        result = replmon("collect", "--once", "--output", "-", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert "replmon: cluster local: TOPIC_AUTHORIZATION_FAILED: user collector lacks DESCRIBE_CONFIGS on topic " \
+        in result.stderr and topic in result.stderr, result.stderr
+    samples = [json.loads(line) for line in result.stdout.splitlines()]
+    mine = [s for s in samples if s.get("topic") == topic]
+    assert mine and all(s["min_insync_replicas"] is None for s in mine)
 
 
 def test_create_is_needed_only_to_create_a_missing_topic(secure_cluster: LocalCluster) -> None:

@@ -231,6 +231,11 @@ def describe_configs_request(topics: Iterable[str]) -> Any:
         include_synonyms=False, include_documentation=False)
 
 
+def describe_configs_errors(response: Any) -> dict[str, int]:
+    """Topic -> error code, for the resources of a DescribeConfigs answer that failed."""
+    return {r.resource_name: r.error_code for r in response.results if r.error_code}
+
+
 def parse_describe_configs(response: Any) -> dict[str, TopicConfig]:
     out = {}
     for result in response.results:

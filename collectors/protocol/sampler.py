@@ -29,6 +29,7 @@ from collectors.protocol.topics import TopicSelector
 from collectors.samples import CycleSample, EpochEntry, Sample
 from replmon.config import ClusterConfig, CollectorConfig
 from replmon.errors import ReplmonError
+from replmon.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class ClusterSampler:
         self.requests_by_label: dict[str, int] = {}
         self._requests = 0
         self._metadata_broker: int | None = None
+        self._configs_denied: list[str] = []
 
     def _count(self, label: str, broker: int) -> None:
         self._requests += 1
@@ -95,7 +97,9 @@ class ClusterSampler:
         if not self.client.connected:
             self.client.connect()
         topics, metas = self._metadata()
-        warnings = [f"cluster {self.cluster.name}: topic include pattern {p!r} matches no topic"
+        hidden = (f" (or user {self.cluster.security.username} lacks DESCRIBE on the topics it should match)"
+                  if self.cluster.security.username else "")
+        warnings = [f"cluster {self.cluster.name}: topic include pattern {p!r} matches no topic{hidden}"
                     for p in self.selector.unmatched_includes((t.name, t.internal) for t in topics)]
         for warning in warnings:
             log.warning(warning)
@@ -250,6 +254,7 @@ class ClusterSampler:
                 lineage.update(rq.parse_offsets_for_leader_epoch(outcome.response))
             elif call.label == DESCRIBE_CONFIGS:
                 configs = rq.parse_describe_configs(outcome.response)
+                self._report_config_errors(rq.describe_configs_errors(outcome.response))
         # A broker that answered some requests and timed out on others is reachable but troubled: its
         # unanswered requests are failures, not an unreachable broker.
         for outcome in outcomes:
@@ -257,6 +262,17 @@ class ClusterSampler:
                 answers.failed[(outcome.call.broker, outcome.call.label)] = _describe_error(outcome.error)
         answers.unreachable = silent - answered
         return answers, lineage, configs
+
+    def _report_config_errors(self, errors: dict[str, int]) -> None:
+        """Topics whose configs the broker withheld: one line when the set changes (min.insync.replicas and
+        unclean.leader.election.enable stay unknown for them)."""
+        denied = sorted(t for t, code in errors.items() if code == TOPIC_AUTHORIZATION_FAILED)
+        if denied and denied != self._configs_denied:
+            shown = ", ".join(denied[:5]) + (f" and {len(denied) - 5} more" if len(denied) > 5 else "")
+            log.warning("cluster %s: %s; their min.insync.replicas and unclean.leader.election.enable stay unknown",
+                        self.cluster.name,
+                        missing_permission(self.cluster.security.username, "DESCRIBE_CONFIGS", "TOPIC", shown))
+        self._configs_denied = denied
 
     def _lineages(self, walks: dict[TopicPartition, Any], lineage_answers: dict[TopicPartition, tuple[int, int, int]],
                   answers: CycleAnswers) -> dict[TopicPartition, list[EpochEntry]]:
