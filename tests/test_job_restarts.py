@@ -1,0 +1,78 @@
+"""The streaming job SIGKILLed and restarted from its checkpoint while brokers fail and producers write: every
+event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
+content, and the gauges end where that run ends. The code of bench/reliability.py (20 cycles, its figures in
+docs/reliability.md), here for 2 cycles on the suite's pipeline: one kill during the job's start-up, one while
+it processes."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_events, kill_cycles, verify
+from replmon.config import load_config
+from replmon.localcluster import LocalCluster
+from streaming.detect import DetectConfig
+from tests.kafka_view import KafkaView, wait_until
+from tests.pipeline import JOB_START_DEADLINE_S, TOPIC_PREFIX, Pipeline
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+class PipelineJob:
+    """The pipeline's ``replmon stream`` as bench.reliability.Job."""
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.p = pipeline
+
+    def spawn(self) -> None:
+        self.p.job = self.p._start("stream")
+
+    def alive(self) -> bool:
+        return self.p.job is not None and self.p.job.poll() is None
+
+    def running(self) -> bool:
+        return bool(self.p.metric("replmon_job_batches_total"))
+
+    def batches(self) -> int:
+        return int(self.p.metric("replmon_job_batches_total") or 0) if self.alive() else 0
+
+    def kill(self) -> None:
+        self.p.kill_job()
+
+
+def test_killed_job_loses_duplicates_and_corrupts_nothing(
+        pipeline: Pipeline, healthy_cluster: LocalCluster, topic_name: str) -> None:
+    view = KafkaView(healthy_cluster.bootstrap_servers)
+    topics = {f"{TOPIC_PREFIX}{topic_name}-{b}": b for b in healthy_cluster.broker_ids}
+    try:
+        for topic, leader in topics.items():
+            view.create_topic(topic, assignment={0: [leader, *(b for b in healthy_cluster.broker_ids if b != leader)]})
+    finally:
+        view.close()
+    config = load_config(pipeline.config)
+    transport = pipeline.transport.bootstrap_servers
+    samples, events = config.transport.samples_topic, config.transport.events_topic
+    wait_until(lambda: all(pipeline.metric("replmon_partition_isr_size", topic=t, partition="0") == 3 for t in topics),
+               JOB_START_DEADLINE_S, "the job to see the new topics")
+
+    rng = random.Random(6)
+    load = FaultLoad(healthy_cluster, topics, rng).start()
+    job = PipelineJob(pipeline)
+    try:
+        job.kill()
+        cycles = kill_cycles(job, 2, rng, job.batches, max_run_s=3.0, plan=[True, False])
+    finally:
+        load.close()
+    assert sum(load.faults.values()) >= 1, load.failed
+    wait_until(lambda: healthy_sampled(transport, samples, topics), 120, "samples of the healed, quiet partitions")
+    until = end_offsets(transport, samples)
+
+    result, gauges, ref = verify(transport, samples, events, pipeline.metrics_port,
+                                 DetectConfig.from_stream_config(config.stream), set(topics), until,
+                                 deadline_s=JOB_START_DEADLINE_S, ignore_stale=True)
+    assert result.expected > 0 and result.by_type.get("ISR_SHRINK"), result.by_type
+    assert result.ok, result.describe(ref, job_events(transport, events, ref, ignore_stale=True))
+    assert not gauges, gauges
+    assert [c.during_start for c in cycles.records] == [True, False]
