@@ -84,6 +84,23 @@ def read_back_ids(config: ReplmonConfig, topic: str, per_partition: int = READ_B
         consumer.close()
 
 
+QUARANTINE_VALUE_MAX_CHARS = 64 * 1024
+"""Of a quarantined record's value, the quarantine keeps this much: a sample near the samples topic's
+max.message.bytes must not make a quarantine record beyond the producer's or the topic's limit."""
+
+
+def quarantine_record(reason: str, partition: int, offset: int, raw: str | None,
+                      max_chars: int = QUARANTINE_VALUE_MAX_CHARS) -> bytes:
+    """The quarantine topic's record of one bad sample: why, where it came from, and its value (cut to
+    ``max_chars``, then ``value_chars`` tells the full length)."""
+    record: dict[str, Any] = {"reason": reason, "source_partition": partition, "source_offset": offset,
+                              "value": raw if raw is None else raw[:max_chars]}
+    if raw is not None and len(raw) > max_chars:
+        record["value_truncated"] = True
+        record["value_chars"] = len(raw)
+    return json.dumps(record).encode()
+
+
 class EventsPublisher:
     """Writes events (JSON, keyed by event id) to the events topic, each id once."""
 
@@ -118,12 +135,14 @@ class EventsPublisher:
         return [payload for _, payload in written]
 
     def quarantine(self, records: pd.DataFrame) -> None:
-        """Bad samples with their reason, for someone to look at (``records`` from the quarantine query)."""
-        for row in records.itertuples(index=False):
-            value = json.dumps({"reason": row.reason, "source_partition": int(row.partition),
-                                "source_offset": int(row.offset), "value": row.raw})
-            self.producer.send(self.quarantine_topic, key=row.key, value=value.encode())
+        """Bad samples with their reason, for someone to look at (``records`` from the quarantine query); waits
+        for the acknowledgements (a failure fails the batch, which Spark then retries)."""
+        futures = [self.producer.send(self.quarantine_topic, key=row.key,
+                                      value=quarantine_record(row.reason, int(row.partition), int(row.offset), row.raw))
+                   for row in records.itertuples(index=False)]
         self.producer.flush()
+        for future in futures:
+            future.get(timeout=30)
 
     def close(self) -> None:
         with contextlib.suppress(Exception):
