@@ -63,7 +63,7 @@ from streaming.exporter import PARTITION_GAUGES  # noqa: E402
 from streaming.state import PartitionState  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
-JOB_START_DEADLINE_S = 300.0
+JOB_START_DEADLINE_S = 600.0
 CATCH_UP_DEADLINE_S = 300.0
 Key = tuple[str, str, int]
 

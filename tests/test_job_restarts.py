@@ -1,8 +1,8 @@
 """The streaming job SIGKILLed and restarted from its checkpoint while brokers fail and producers write: every
 event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
 content, and the gauges end where that run ends. The code of bench/reliability.py (20 cycles, its figures in
-docs/reliability.md), here for 2 cycles on the suite's pipeline: one kill during the job's start-up, one while
-it processes."""
+docs/reliability.md), here for 2 kills on the suite's pipeline: one while the job processes, under broker
+faults, one during its start-up."""
 
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ class PipelineJob:
         self.p.kill_job()
 
 
+@pytest.mark.timeout(1200)  # three Spark starts (with the pipeline's): minutes each on a starved 2-core machine
 def test_killed_job_loses_duplicates_and_corrupts_nothing(
         pipeline: Pipeline, healthy_cluster: LocalCluster, topic_name: str) -> None:
     view = KafkaView(healthy_cluster.bootstrap_servers)
@@ -61,11 +62,11 @@ def test_killed_job_loses_duplicates_and_corrupts_nothing(
     load = FaultLoad(healthy_cluster, topics, rng).start()
     job = PipelineJob(pipeline)
     try:
-        job.kill()
-        cycles = kill_cycles(job, 2, rng, job.batches, max_run_s=3.0, plan=[True, False])
+        wait_until(lambda: sum(load.faults.values()) >= 1, 120, "a first broker fault")
+        job.kill()  # while processing, under load
+        cycles = kill_cycles(job, 1, rng, job.batches, plan=[True])  # then during start-up; restarted after
     finally:
         load.close()
-    assert sum(load.faults.values()) >= 1, load.failed
     wait_until(lambda: healthy_sampled(transport, samples, topics), 120, "samples of the healed, quiet partitions")
     until = end_offsets(transport, samples)
 
@@ -75,4 +76,4 @@ def test_killed_job_loses_duplicates_and_corrupts_nothing(
     assert result.expected > 0 and result.by_type.get("ISR_SHRINK"), result.by_type
     assert result.ok, result.describe(ref, job_events(transport, events, ref, ignore_stale=True))
     assert not gauges, gauges
-    assert [c.during_start for c in cycles.records] == [True, False]
+    assert [c.during_start for c in cycles.records] == [True]

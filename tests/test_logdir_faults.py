@@ -284,7 +284,7 @@ def _restore(copy: Copy, work: Path, stamps: dict[Path, tuple[int, int]]) -> Non
             stamps[rel] = (st.st_size, st.st_mtime_ns)
 
 
-DAMAGES = 200
+DAMAGES = 120
 CONCURRENT = [c.mutate for c in CASES] + [lambda c, d: shutil.rmtree(d / c.p0)]
 
 
