@@ -55,7 +55,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 
 from collectors.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
-from replmon.localcluster.cluster import free_port  # noqa: E402
+from replmon.localcluster.cluster import die_with_parent, free_port  # noqa: E402
 from replmon.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
 from streaming.events import EventType  # noqa: E402
@@ -446,7 +446,7 @@ class StreamProcess:
     def spawn(self) -> None:
         with self.log_path.open("ab") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "replmon.cli", "stream", "--config", str(self.config)],
-                                         stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                         stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=die_with_parent,
                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
     def alive(self) -> bool:
@@ -530,24 +530,30 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         cfg = DetectConfig.from_stream_config(config.stream)
         collector_log = (work / "collect.log").open("ab")
         collector = subprocess.Popen([sys.executable, "-m", "replmon.cli", "collect", "--config", str(config_path)],
-                                     stdout=collector_log, stderr=subprocess.STDOUT, cwd=ROOT)
+                                     stdout=collector_log, stderr=subprocess.STDOUT, cwd=ROOT,
+                                     preexec_fn=die_with_parent)
         job = StreamProcess(config_path, port, work / "stream.log")
-        load = FaultLoad(watched, topics, rng).start()
-        log(f"load: {len(topics)} producers (acks=all) and a fault loop; {args.cycles} kill cycles")
         try:
-            cycles = kill_cycles(job, args.cycles, rng, job.batches)
-            log("kill cycles done; stopping the faults, healing the cluster")
+            load = FaultLoad(watched, topics, rng).start()
+            log(f"load: {len(topics)} producers (acks=all) and a fault loop; {args.cycles} kill cycles")
+            try:
+                cycles = kill_cycles(job, args.cycles, rng, job.batches)
+                log("kill cycles done; stopping the faults, healing the cluster")
+            finally:
+                load.close()
+            log("waiting until every partition is sampled healthy, then stopping the collector")
+            wait_for(lambda: healthy_sampled(transport.bootstrap_servers, "rel.samples", topics), 120,
+                     "healthy samples")
+            collector.terminate()
+            collector.wait(timeout=60)
+            until = end_offsets(transport.bootstrap_servers, "rel.samples")
+            log("checking the events topic against the reference")
+            result, mismatches, ref = verify(transport.bootstrap_servers, "rel.samples", "rel.events", port, cfg,
+                                             set(topics), until)
         finally:
-            load.close()
-        log("waiting until every partition is sampled healthy, then stopping the collector")
-        wait_for(lambda: healthy_sampled(transport.bootstrap_servers, "rel.samples", topics), 120, "healthy samples")
-        collector.terminate()
-        collector.wait(timeout=60)
-        until = end_offsets(transport.bootstrap_servers, "rel.samples")
-        log("checking the events topic against the reference")
-        result, mismatches, ref = verify(transport.bootstrap_servers, "rel.samples", "rel.events", port, cfg,
-                                         set(topics), until)
-        job.stop()
+            job.stop()
+            if collector.poll() is None:
+                collector.kill()
         log(result.describe(ref, job_events(transport.bootstrap_servers, "rel.events", ref)))
         if mismatches:
             log("gauge mismatches: " + "; ".join(mismatches[:10]))
