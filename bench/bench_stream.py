@@ -468,7 +468,8 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
         "(same source and parse_samples, valid rows to Spark's noop sink) in the same run, on a one-broker local "
         "Kafka; synthetic samples from a separate producer JVM (`bench/SampleProducer.java`), see the docstring "
         "of `bench/bench_stream.py` for the phases.", "",
-        "```", command, "```", "", *lines, "", *notes, "", "![streaming benchmark](bench_stream.png)", ""])
+        "```", command, "```", "", *lines, "", *(line for note in notes for line in (note, "")),
+        "![streaming benchmark](bench_stream.png)", ""])
     text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
     old = re.search(r"## Streaming job\n.*?(?=\n## |\Z)", text, flags=re.S)
     analysis = re.search(r"\n### Analysis\n.*", old.group(0), flags=re.S) if old else None
@@ -592,6 +593,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         progress = of_run(baseline)
         results["baseline_read"] = consumed(progress[-1]) if progress else 0
         results["baseline_rate"], results["baseline_batches"], results["baseline_series"] = capacity(progress)
+        results["baseline_first_s"] = progress[0]["batchDuration"] / 1000 if progress else float("nan")
         print(f"baseline: {results['baseline_rate']:,.0f} samples/s over {results['baseline_batches']} steady "
               f"batches ({results['baseline_read']:,} read)", flush=True)
 
@@ -624,6 +626,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         progress = of_run(state_query)
         results["job_read"] = consumed(progress[-1]) if progress else 0
         results["job_rate"], results["job_batches"], results["job_series"] = capacity(progress)
+        results["job_first_s"] = next((p["batchDuration"] / 1000 for p in progress if p["numInputRows"]),
+                                      float("nan"))
         results["backlog_profile"] = profile_summary(profile_dir, job_started, backlog_done)
         results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][WARMUP_BATCHES:]
         print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
@@ -739,6 +743,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         ("job capacity (backlog, rows / batch duration)", f"{r['job_rate']:,.0f} samples/s", "≥ 100,000",
          ok[r["job_rate"] >= 100_000]),
         ("stateless baseline capacity (same batches)", f"{r['baseline_rate']:,.0f} samples/s", "", ""),
+        ("first batch (warm-up, not measured): baseline / job",
+         f"{r['baseline_first_s']:.0f} s / {r['job_first_s']:.0f} s for {args.backlog_batch:,} rows", "", ""),
         ("job / baseline", f"{ratio:.2f}", "≥ 0.5", ok[ratio >= 0.5]),
         (f"live: {args.rate:,.0f} samples/s offered for {args.duration:.0f} s, processed",
          f"{r['live_rate']:,.0f} samples/s (median batch {r['live_batch_s']:.1f} s; "
@@ -835,7 +841,7 @@ def main() -> int:
     args = parser.parse_args()
     if args.partitions % PER_TOPIC and args.partitions > PER_TOPIC:
         parser.error(f"--partitions must be a multiple of {PER_TOPIC}")
-    command = "python bench/bench_stream.py " + shlex.join(sys.argv[1:])
+    command = ("python bench/bench_stream.py " + shlex.join(sys.argv[1:])).strip()
     with tempfile.TemporaryDirectory(prefix="replmon-bench-stream-") as tmp:
         results = run(args, Path(tmp))
     table, notes = report(args, results, command)
