@@ -56,6 +56,7 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 from collectors.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
 from replmon.localcluster.cluster import die_with_parent, free_port  # noqa: E402
+from replmon.processes import wait_until  # noqa: E402
 from replmon.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
 from streaming.events import EventType  # noqa: E402
@@ -73,20 +74,7 @@ def log(message: str) -> None:
 
 
 def wait_for(probe: Callable[[], Any], timeout_s: float, what: str, interval_s: float = 0.5) -> Any:
-    """``probe()`` until truthy (exceptions count as not yet); AssertionError with ``what`` after the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            value = probe()
-            if value:
-                return value
-            last = value
-        except Exception as exc:
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval_s)
+    return wait_until(probe, timeout_s, what, interval_s)
 
 
 # ------------------------------------------------------------------------------------------------ reading topics

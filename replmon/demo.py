@@ -42,6 +42,7 @@ from replmon.errors import ReplmonError
 from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
 from replmon.localcluster.cluster import die_with_parent, free_port
 from replmon.paths import state_dir
+from replmon.processes import stop_processes
 from replmon.workload import SequencedProducer, readable_sequences
 
 STEP_TIMEOUT_S = 90.0
@@ -495,15 +496,7 @@ class Demo:
             if client is not None:
                 with contextlib.suppress(Exception):
                     client.close()
-        for proc in self.children.values():
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.children.values():
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        stop_processes(self.children.values(), grace_s=30)
         if self.cluster is not None:
             if self.cluster_was_running:  # leave it as it was found: every broker up, no demo topics
                 with contextlib.suppress(Exception):

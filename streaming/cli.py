@@ -19,6 +19,7 @@ from rich.table import Table
 
 from replmon.config import ReplmonConfig, load_config
 from replmon.errors import ReplmonError
+from replmon.processes import stop_processes
 from replmon.targets import with_default_cluster
 
 err = Console(stderr=True, highlight=False)
@@ -145,14 +146,7 @@ def _ensure_local_cluster(base: ReplmonConfig) -> ReplmonConfig:
 
 
 def _stop_children(procs: list[subprocess.Popen[bytes]]) -> None:
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    stop_processes(procs, grace_s=15)
 
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")

@@ -4,7 +4,6 @@ replmon against (never replmon's code)."""
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -13,25 +12,11 @@ from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.consumer.offsets import OffsetSpec
 
+from replmon.processes import wait_until
+
+__all__ = ["KafkaView", "PartitionView", "wait_until"]
+
 T = TypeVar("T")
-
-
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
-    """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
-    deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing)."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            value = probe()
-            if value:
-                return value
-            last = value
-        except Exception as exc:  # not yet: leaders move, brokers restart
-            last = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
-        time.sleep(interval_s)
 
 
 async def _describe_via(admin: KafkaAdminClient, topic: str, node_id: int) -> dict[str, Any]:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from replmon.config import SecurityConfig
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
-from tests.kafka_view import wait_until
+from replmon.processes import stop_processes
+from replmon.workload import SequencedProducer, readable_sequences
+from tests.kafka_view import KafkaView, wait_until
 
 TOPIC_PREFIX = "e2e-"
 SAMPLES_TOPIC = "e2e.replmon.samples"
@@ -96,13 +99,7 @@ class Pipeline:
         self.job.wait(timeout=30)
 
     def stop(self) -> None:
-        for proc in (self.job, self.collector):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        stop_processes((self.job, self.collector), grace_s=30)
 
     def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
         assert self.job is not None and self.job.poll() is None, (self.root / "stream.log").read_text()[-3000:]
@@ -178,3 +175,47 @@ def read_topic(bootstrap_servers: str, topic: str, security: SecurityConfig | No
 
 def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:
     return lambda e: e["topic"] == topic and e["type"] == type_
+
+
+@dataclass
+class UncleanLoss:
+    replicated_end: int
+    """Where every replica's log ended before the followers stopped: the unclean leader's epoch starts here."""
+    high_watermark: int
+    """The old leader's high watermark (its log end offset) before it died."""
+    lost: set[int]
+    """Acknowledged sequences that no consumer can read after the election."""
+
+
+def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
+                       producer_factory: Callable[..., SequencedProducer],
+                       before_leader_dies: Callable[[int], None]) -> UncleanLoss:
+    """Broker 1 leads ``topic``-0 (replicas 1, 2, 3, min.insync.replicas 1, acks=1 writes); the followers stop,
+    broker 1 alone takes 150 more messages, ``before_leader_dies(high_watermark)`` waits until the observer
+    under test saw them committed; broker 1 dies and broker 2, outside the ISR, is elected uncleanly."""
+    view.create_topic(topic, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
+    producer = producer_factory(topic, acks=1)
+    producer.wait_acknowledged(100)
+    producer.pause()
+    end = max(offset for _, offset in producer.acknowledged().values()) + 1
+    wait_until(lambda: view.high_watermark(topic) == end and len(view.partition(topic).isr) == 3,
+               30, "every replica to hold every message")
+
+    cluster.stop(2)
+    cluster.stop(3)
+    wait_until(lambda: view.partition(topic).isr == [1], 30, "the ISR to shrink to the leader")
+    producer.resume()
+    producer.wait_acknowledged(150)
+    producer.pause()
+    acknowledged = producer.acknowledged()
+    high_watermark = view.high_watermark(topic)
+    before_leader_dies(high_watermark)
+
+    cluster.kill(1)
+    cluster.start(2)
+    wait_until(lambda: view.partition(topic).leader == -1, 30, "the partition to go offline")
+    cluster.elect_unclean(topic, 0)
+    wait_until(lambda: view.partition(topic).leader == 2, 30, "the unclean election of broker 2")
+    lost = set(acknowledged) - set(readable_sequences(cluster.bootstrap_servers, topic))
+    assert lost, "acknowledged messages must be gone"
+    return UncleanLoss(end, high_watermark, lost)

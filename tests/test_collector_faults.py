@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collectors.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
+from replmon.processes import stop_processes
 from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import read_topic
@@ -99,13 +100,7 @@ def collectors(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]
         return proc
 
     yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    stop_processes(procs, grace_s=20)
 
 
 def serving(cluster: LocalCluster, broker: int) -> bool:

@@ -27,6 +27,7 @@ from dashboards import build, files
 from dashboards.build import build_all, expressions, to_json
 from dashboards.catalog import known_series_names, referenced_names
 from replmon.cli import main
+from replmon.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
@@ -191,12 +192,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
         _wait_ready(proc, server.url + "/-/ready", deadline_s=30, log=work / "prometheus.log")
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_processes([proc], grace_s=15)
         log.close()
 
 

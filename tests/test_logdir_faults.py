@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,7 +334,7 @@ def test_agent_survives_files_changing_while_it_reads(copy: Copy, tmp_path: Path
                 with contextlib.suppress(FileNotFoundError, IndexError, AssertionError):
                     change(copy, work)  # fails when the previous damage left nothing of that kind to damage
                 mutations.append(getattr(change, "__name__", "?"))
-                time.sleep(rng.uniform(0, 0.03))  # how long the damage stays: random, as the agent's reads are
+                stop.wait(rng.uniform(0, 0.03))  # how long the damage stays: random, as the agent's reads are
                 _restore(copy, work, stamps)
         except BaseException as exc:
             failures.append(exc)

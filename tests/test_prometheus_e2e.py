@@ -27,9 +27,10 @@ import yaml
 from dashboards.build import build_all
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
-from replmon.workload import SequencedProducer, readable_sequences
+from replmon.processes import stop_processes
+from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView, wait_until
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline
+from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, cause_unclean_loss
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -135,12 +136,7 @@ def prometheus(pipeline: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> 
                    "both targets up (job and collector)")
         yield server
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_processes([proc], grace_s=15)
 
 
 @pytest.fixture
@@ -187,36 +183,13 @@ def test_unclean_election_fires_the_committed_data_loss_alert(
     prometheus: Prometheus, pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView,
     e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    # the scenario of test_stream_e2e.py::test_unclean_election_gives_unclean_leader_change_and_the_exact_...
-    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
-    producer = producer_factory(e2e_topic, acks=1)
-    producer.wait_acknowledged(100)
-    producer.pause()
-    end = max(offset for _, offset in producer.acknowledged().values()) + 1
-    wait_until(lambda: kafka_view.high_watermark(e2e_topic) == end and len(kafka_view.partition(e2e_topic).isr) == 3,
-               30, "every replica to hold every message")
+    def seen_by_prometheus(high_watermark: int) -> None:  # Prometheus must hold the committed offsets first
+        wait_until(lambda: [s for s in prometheus.query(f'replmon_partition_high_watermark{{topic="{e2e_topic}"}}')
+                            if float(s["value"][1]) == high_watermark], DEADLINE_S,
+                   "Prometheus to see Kafka's high watermark")
+        assert not prometheus.alerts(DATA_LOSS, topic=e2e_topic)
 
-    healthy_cluster.stop(2)
-    healthy_cluster.stop(3)
-    wait_until(lambda: kafka_view.partition(e2e_topic).isr == [1], 30, "the ISR to shrink to the leader")
-    producer.resume()
-    producer.wait_acknowledged(150)
-    producer.pause()
-    acknowledged = producer.acknowledged()
-    high_watermark = kafka_view.high_watermark(e2e_topic)
-    # Prometheus must hold the committed offsets before the leader dies
-    wait_until(lambda: [s for s in prometheus.query(f'replmon_partition_high_watermark{{topic="{e2e_topic}"}}')
-                        if float(s["value"][1]) == high_watermark], DEADLINE_S,
-               "Prometheus to see Kafka's high watermark")
-    assert not prometheus.alerts(DATA_LOSS, topic=e2e_topic)
-
-    healthy_cluster.kill(1)
-    healthy_cluster.start(2)
-    wait_until(lambda: kafka_view.partition(e2e_topic).leader == -1, 30, "the partition to go offline")
-    healthy_cluster.elect_unclean(e2e_topic, 0)
-    wait_until(lambda: kafka_view.partition(e2e_topic).leader == 2, 30, "the unclean election of broker 2")
-    lost = set(acknowledged) - set(readable_sequences(healthy_cluster.bootstrap_servers, e2e_topic))
-    assert lost, "acknowledged messages must be gone"
+    lost = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory, seen_by_prometheus).lost
 
     alert = prometheus.wait_firing(DATA_LOSS, topic=e2e_topic)
     assert alert["labels"]["cluster"] == "local" and alert["labels"]["severity"] == "critical"

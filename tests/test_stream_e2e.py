@@ -11,9 +11,9 @@ from collections.abc import Callable
 import pytest
 
 from replmon.localcluster import LocalCluster, NodeState
-from replmon.workload import SequencedProducer, readable_sequences
+from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView, wait_until
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, of
+from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, cause_unclean_loss, of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -74,35 +74,12 @@ def test_unclean_election_gives_unclean_leader_change_and_the_exact_committed_lo
     pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
     producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
-    producer = producer_factory(e2e_topic, acks=1)
-    producer.wait_acknowledged(100)
-    producer.pause()
-    replicated = producer.acknowledged()
-    end = max(offset for _, offset in replicated.values()) + 1
-    wait_until(lambda: kafka_view.high_watermark(e2e_topic) == end and len(kafka_view.partition(e2e_topic).isr) == 3,
-               30, "every replica to hold every message")
+    def seen_by_replmon(high_watermark: int) -> None:  # replmon must see the committed offsets first
+        wait_until(lambda: pipeline.metric("replmon_partition_high_watermark", topic=e2e_topic, partition="0")
+                   == high_watermark, DEADLINE_S, "the high watermark gauge to reach Kafka's")
 
-    healthy_cluster.stop(2)
-    healthy_cluster.stop(3)
-    wait_until(lambda: kafka_view.partition(e2e_topic).isr == [1], 30, "the ISR to shrink to the leader")
-    producer.resume()
-    producer.wait_acknowledged(150)
-    producer.pause()
-    acknowledged = producer.acknowledged()
-    high_watermark = kafka_view.high_watermark(e2e_topic)
-    # replmon must have seen the committed offsets before the leader dies
-    wait_until(lambda: pipeline.metric("replmon_partition_high_watermark", topic=e2e_topic, partition="0")
-               == high_watermark, DEADLINE_S, "the high watermark gauge to reach Kafka's")
-
-    healthy_cluster.kill(1)
-    healthy_cluster.start(2)
-    wait_until(lambda: kafka_view.partition(e2e_topic).leader == -1, 30, "the partition to go offline")
-    healthy_cluster.elect_unclean(e2e_topic, 0)
-    wait_until(lambda: kafka_view.partition(e2e_topic).leader == 2, 30, "the unclean election of broker 2")
-
-    lost = set(acknowledged) - set(readable_sequences(healthy_cluster.bootstrap_servers, e2e_topic))
-    assert lost, "acknowledged messages must be gone"
+    loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory, seen_by_replmon)
+    end, high_watermark, lost = loss.replicated_end, loss.high_watermark, loss.lost
 
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
                                  and e["leader"] == 2)

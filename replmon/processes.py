@@ -1,0 +1,44 @@
+"""Stopping the processes replmon (and its tests) start, and waiting on a condition with a deadline."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float = 15.0) -> None:
+    """SIGTERM to every process still running, then wait up to ``grace_s`` for each and SIGKILL it if it
+    did not exit by then."""
+    running = [p for p in procs if p is not None and p.poll() is None]
+    for proc in running:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+    for proc in running:
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
+    """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
+    deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            value = probe()
+            if value:
+                return value
+            last = value
+        except Exception as exc:  # not yet: leaders move, brokers restart
+            last = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}; last: {last!r}")
+        time.sleep(interval_s)
