@@ -107,7 +107,7 @@ def main() -> int:
     rows: list[tuple[int, dict[str, float]]] = []
     note = ""
     with tempfile.TemporaryDirectory(prefix="replmon-bench-") as tmp:
-        cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=args.brokers, die_with_parent=True,
+        cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=args.brokers, die_with_parent=True, remember=False,
                                   overrides={"log.index.size.max.bytes": "65536"})
         try:
             config = ClusterConfig(name="bench", bootstrap_servers=cluster.bootstrap_servers.split(","),

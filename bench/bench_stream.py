@@ -493,7 +493,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
     check_template(sample_template())
     print(f"load average at start: {results['load_start']}", flush=True)
-    cluster = LocalCluster.up(work / "cluster", brokers=1, die_with_parent=True)
+    cluster = LocalCluster.up(work / "cluster", brokers=1, die_with_parent=True, remember=False)
     producers: list[ProducerRun] = []
     jobs: list[RunningJob] = []
     spark = None

@@ -118,8 +118,9 @@ class SamplePublisher:
     ``publish`` only encodes and buffers. The sender thread connects (creating the topic if needed), hands
     records to a KafkaProducer (at most ``MAX_IN_FLIGHT`` unacknowledged; buffered and unacknowledged together
     at most ``collector.buffer_max_samples``), and on any failure backs off
-    (0.5 s doubling to 30 s) before trying again. Records whose delivery failed are dropped, not re-sent, so
-    the samples of one partition never arrive out of order.
+    (0.5 s doubling to 30 s) before trying again. A record whose delivery failed for a retriable reason goes back
+    to the head of the buffer (one partition's samples may then arrive out of order: the job orders them by
+    sample time); any other failure drops it.
     """
 
     def __init__(

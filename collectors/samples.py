@@ -10,6 +10,8 @@ Offsets follow Kafka: ``log_end_offset`` is the offset of the next message a rep
 
 from __future__ import annotations
 
+import base64
+import uuid
 from enum import StrEnum
 from typing import Annotated, Final, Literal
 
@@ -139,6 +141,14 @@ SAMPLE_MODELS: dict[str, type[PartitionSample] | type[ReplicaSample] | type[Cycl
     REPLICA_SCHEMA: ReplicaSample,
     CYCLE_SCHEMA: CycleSample,
 }
+
+
+def kafka_uuid(value: uuid.UUID | str) -> str | None:
+    """A topic id as Kafka writes it (``Uuid.toString()``: URL-safe base64 of the 16 bytes, no padding), as in
+    partition.metadata and kafka-topics.sh; None for the zero id (no id). Both collectors report this form, so
+    that the job can tell two incarnations of a topic apart and match the agent's replicas to the sampler's."""
+    raw = (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
+    return None if raw == bytes(16) else base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def sample_key(cluster: str, topic: str, partition: int) -> bytes:

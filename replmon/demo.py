@@ -24,6 +24,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
@@ -489,9 +490,12 @@ class Demo:
 
     def cleanup(self) -> None:
         started = _descendants()  # before anything stops: a child killed below orphans its own children
-        for producer in self.producers:
-            with contextlib.suppress(Exception):
-                producer.close()
+        for proc in self.children.values():  # they stop while the producers close (each may take seconds)
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+        with ThreadPoolExecutor(max_workers=max(1, len(self.producers))) as pool:
+            for producer in self.producers:
+                pool.submit(producer.close)  # SequencedProducer.close is bounded and never raises
         for client in (self.consumer, self.admin):
             if client is not None:
                 with contextlib.suppress(Exception):

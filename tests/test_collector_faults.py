@@ -197,7 +197,8 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
             samples_cluster.bootstrap_servers, SAMPLES_TOPIC))) if s.sample_time_ms > back_ms]
         return len(newer) >= 8
 
-    wait_until(resumed, 90, "samples taken after the outage in the samples topic", interval_s=1)
+    # the publisher retries with backoff up to 30 s, and sends still in flight time out after 30 s
+    wait_until(resumed, 150, "samples taken after the outage in the samples topic", interval_s=1)
     after = scrape(metrics_port)
     assert after["replmon_collector_samples_published_total"] > published_before
     assert after["replmon_collector_samples_buffered"] <= BUFFER

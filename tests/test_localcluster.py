@@ -94,7 +94,7 @@ def test_no_jvm_survives_a_crashed_owner(tmp_path: Path) -> None:
     script = (
         "import os, signal, sys\n"
         "from replmon.localcluster import LocalCluster\n"
-        f"LocalCluster.up({str(cdir)!r}, brokers=1, die_with_parent=True)\n"
+        f"LocalCluster.up({str(cdir)!r}, brokers=1, die_with_parent=True, remember=False)\n"
         "print('up', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )

@@ -100,6 +100,16 @@ def replica_error(sample: PartitionSample, broker: int) -> ReplicaError | None:
     return next(r.error for r in sample.replica_offsets if r.broker_id == broker)
 
 
+def test_topic_id_is_the_one_kafka_writes_in_the_log_dir(
+        cluster: LocalCluster, view: KafkaView, topic_name: str, sampling: Callable[..., Sampling]) -> None:
+    """The sampler's topic id (from DescribeTopicPartitions) and the log-dir agent's (from the partition.metadata
+    file Kafka writes) are the same text: the job matches the agent's replicas to the sampler's partitions by it."""
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    sampled = wait_until(lambda: sampling([topic_name]).partition(topic_name), 20, "a sample").topic_id
+    on_disk = (cluster.broker_log_dir(1) / f"{topic_name}-0" / "partition.metadata").read_text()
+    assert sampled is not None and f"topic_id: {sampled}" in on_disk.splitlines(), (sampled, on_disk)
+
+
 def test_paused_follower_falls_behind_leaves_the_isr_and_catches_up(
         healthy_cluster: LocalCluster, view: KafkaView, topic_name: str,
         producer_factory: Callable[..., SequencedProducer], sampling: Callable[..., Sampling]) -> None:

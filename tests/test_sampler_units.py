@@ -3,6 +3,9 @@ topic patterns, sample assembly."""
 
 from __future__ import annotations
 
+import base64
+import uuid
+
 import pytest
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 
@@ -12,7 +15,7 @@ from collectors.protocol.lineage import LineageBook, clip_to_log_start
 from collectors.protocol.sampler import LEADER_LABELS
 from collectors.protocol.topics import TopicSelector
 from collectors.protocol.wire import EncodedRequest, encode_list_offsets, list_offsets_request
-from collectors.samples import EpochEntry, ReplicaError, parse_sample, to_json
+from collectors.samples import EpochEntry, ReplicaError, kafka_uuid, parse_sample, to_json
 from replmon.config import TopicFilter
 from replmon.errors import ReplmonError
 
@@ -192,3 +195,11 @@ def test_sample_of_a_partition_whose_leader_is_unreachable() -> None:
                               lineage=None, leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS)
     assert sample.high_watermark is None and sample.error == "leader 2 unreachable"
     assert [r.error for r in sample.replica_offsets] == [ReplicaError.NOT_HOSTED, ReplicaError.UNREACHABLE]
+
+
+def test_topic_ids_are_written_as_kafka_writes_them() -> None:
+    """Uuid.toString(): URL-safe base64 without padding, as in partition.metadata; the zero id is no id."""
+    on_disk = "mTOJ9eNIQlK7J1Ix-ndbIw"
+    as_uuid = uuid.UUID(bytes=base64.urlsafe_b64decode(on_disk + "=="))
+    assert kafka_uuid(as_uuid) == kafka_uuid(str(as_uuid)) == on_disk
+    assert kafka_uuid(uuid.UUID(int=0)) is None

@@ -43,6 +43,7 @@ from collectors.protocol.wire import (
     READ_UNCOMMITTED,
     list_offsets_request,
 )
+from collectors.samples import kafka_uuid
 
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 LIST_OFFSETS_KEY = 2
@@ -103,10 +104,8 @@ def describe_topic_partitions_request(cursor: tuple[str, int] | None) -> Any:
 
 
 def _topic_id(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = str(value)
-    return None if text in ("", "00000000-0000-0000-0000-000000000000") else text
+    """kafka-python's uuid.UUID as Kafka prints it (the log-dir agent reads that form from partition.metadata)."""
+    return None if value is None or str(value) == "" else kafka_uuid(value)
 
 
 def _ids(values: Any) -> list[int] | None:
