@@ -38,7 +38,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -51,7 +50,6 @@ if str(ROOT) not in sys.path:
 
 import yaml  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from collectors.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
@@ -60,7 +58,7 @@ from replmon.processes import wait_until  # noqa: E402
 from replmon.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
 from streaming.events import EventType  # noqa: E402
-from streaming.exporter import PARTITION_GAUGES  # noqa: E402
+from streaming.exporter import PARTITION_GAUGES, Scraped, scrape  # noqa: E402
 from streaming.state import PartitionState  # noqa: E402
 
 DOC = ROOT / "docs" / "reliability.md"
@@ -219,16 +217,7 @@ def verdict(ref: Reference, actual: list[dict[str, Any]]) -> Verdict:
     )
 
 
-def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
-def gauge_mismatches(ref: Reference, metrics: dict[str, list[tuple[dict[str, str], float]]]) -> list[str]:
+def gauge_mismatches(ref: Reference, metrics: Scraped) -> list[str]:
     """The per-partition gauges that differ from the reference's final state ([] when all agree)."""
     bad = []
     for key, state in ref.final.items():

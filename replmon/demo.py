@@ -22,7 +22,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -34,7 +33,6 @@ import psutil
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 from kafka.admin import KafkaAdminClient
-from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
@@ -45,6 +43,7 @@ from replmon.localcluster.cluster import die_with_parent, free_port
 from replmon.paths import state_dir
 from replmon.processes import stop_processes
 from replmon.workload import SequencedProducer, readable_sequences
+from streaming.exporter import Scraped, scrape
 
 STEP_TIMEOUT_S = 90.0
 """Longest wait for Kafka to act or for replmon to report, per wait."""
@@ -93,7 +92,7 @@ class Demo:
     consumer: KafkaConsumer | None = None
     admin: KafkaAdminClient | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
-    metrics: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+    metrics: Scraped = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     restarts: dict[str, int] = field(default_factory=dict)
     metrics_port: int = 0
@@ -253,14 +252,8 @@ class Demo:
             with contextlib.suppress(OSError, ValueError):
                 self.metrics = self.scrape()
 
-    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        body = urllib.request.urlopen(url, timeout=3).read().decode()
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(body):
-            for s in family.samples:
-                out.setdefault(s.name, []).append((s.labels, s.value))
-        return out
+    def scrape(self) -> Scraped:
+        return scrape(self.metrics_port, timeout_s=3)
 
     def print_event(self, e: dict[str, Any]) -> None:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")

@@ -9,6 +9,7 @@ quarantined samples) only ever grow and are fed from rows already de-duplicated 
 from __future__ import annotations
 
 import threading
+import urllib.request
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 import pandas as pd
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from streaming.metrics_catalog import BY_NAME, CATALOG, MetricSpec
@@ -216,3 +218,14 @@ class JobExporter(Collector):
         return self._port
 
 
+Scraped = dict[str, list[tuple[dict[str, str], float]]]
+
+
+def scrape(port: int, host: str = "127.0.0.1", timeout_s: float = 5.0) -> Scraped:
+    """Read a /metrics page as Prometheus would: every sample by name, as (labels, value) pairs."""
+    body = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=timeout_s).read().decode()
+    out: Scraped = {}
+    for family in text_string_to_metric_families(body):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((s.labels, s.value))
+    return out

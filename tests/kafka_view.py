@@ -66,13 +66,22 @@ class KafkaView:
         self.reconnect()
 
     def call(self, request: Callable[[KafkaAdminClient], T]) -> T:
-        """Run ``request`` with the admin client; on any failure once more with a fresh client (kafka-python
-        keeps sending to a controller or broker that was killed since)."""
+        """Run ``request`` with the admin client; on a failure again with a fresh client bootstrapped from one
+        broker at a time (kafka-python keeps sending to a broker that was killed since, and a bootstrap that
+        meets a paused broker waits on it until it gives up)."""
         try:
             return request(self.admin)
-        except Exception:
+        except Exception as exc:
+            failure = exc
+        for server in self.bootstrap_servers.split(","):
             self.reconnect()
-            return request(self.admin)
+            try:
+                self._admin = KafkaAdminClient(bootstrap_servers=server, request_timeout_ms=3000,
+                                               client_id="replmon-test-oracle")
+                return request(self._admin)
+            except Exception as exc:
+                failure = exc
+        raise failure
 
     def partition(self, topic: str, partition: int = 0, via: int | None = None) -> PartitionView:
         """Kafka's metadata of one partition; ``via`` names the broker to ask (one known to be alive: a paused

@@ -11,7 +11,6 @@ import os
 import signal
 import subprocess
 import sys
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +19,13 @@ from typing import Any
 import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
 
 from replmon.config import SecurityConfig
 from replmon.localcluster import LocalCluster
 from replmon.localcluster.cluster import free_port
 from replmon.processes import stop_processes
 from replmon.workload import SequencedProducer, readable_sequences
+from streaming.exporter import Scraped, scrape
 from tests.kafka_view import KafkaView, wait_until
 
 TOPIC_PREFIX = "e2e-"
@@ -101,14 +100,9 @@ class Pipeline:
     def stop(self) -> None:
         stop_processes((self.job, self.collector), grace_s=30)
 
-    def scrape(self) -> dict[str, list[tuple[dict[str, str], float]]]:
+    def scrape(self) -> Scraped:
         assert self.job is not None and self.job.poll() is None, (self.root / "stream.log").read_text()[-3000:]
-        body = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).read().decode()
-        out: dict[str, list[tuple[dict[str, str], float]]] = {}
-        for family in text_string_to_metric_families(body):
-            for s in family.samples:
-                out.setdefault(s.name, []).append((s.labels, s.value))
-        return out
+        return scrape(self.metrics_port)
 
     def metric(self, name: str, **labels: str) -> float | None:
         for got, value in self.scrape().get(name, []):

@@ -4,16 +4,14 @@ exporter (series budget, aggregates, counters), the events de-duplication and th
 from __future__ import annotations
 
 import json
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from prometheus_client.parser import text_string_to_metric_families
 
 from collectors.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
-from streaming.exporter import JobExporter
+from streaming.exporter import JobExporter, scrape
 from streaming.metrics_catalog import CATALOG
 from streaming.processor import KIND_EVENT, KIND_PARTITION, expire_bucket, process_bucket
 from streaming.sinks import HistoryWriter, RecentIds, read_events
@@ -81,15 +79,6 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def scrape(port: int) -> dict[str, list[tuple[dict[str, str], float]]]:
-    body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(body):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((s.labels, s.value))
-    return out
-
-
 def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     exporter = JobExporter(series_budget=3)
     port = exporter.serve("127.0.0.1", 0)
@@ -99,7 +88,7 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": False},
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": True},
     ])
-    m = scrape(port)
+    m = scrape(port, timeout_s=10)
     exported = {labels["partition"] for labels, _ in m["replmon_partition_isr_size"]}
     assert len(exported) == 3 and {"4", "8"} <= exported  # the unhealthy ones first
     assert m["replmon_cluster_partitions"] == [({"cluster": "c"}, 10.0)]
@@ -114,7 +103,7 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     # a newer row of a partition replaces the older one
     newer = metrics_rows(1, unhealthy=set()).assign(partition=4, sample_time_ms=6_000)
     exporter.update_partitions(newer)
-    assert scrape(port)["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
+    assert scrape(port, timeout_s=10)["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
 
 
 def test_everything_exported_is_in_the_catalogue() -> None:
