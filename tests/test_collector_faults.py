@@ -210,7 +210,10 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
     settled = range(newest - 3)  # older cycles: no sample of theirs is still buffered or in flight
     missing = sum(4 - len(kept.get(c, ())) for c in settled)  # 4 a cycle: 3 partitions and the cycle sample
     dropped = after["replmon_collector_samples_dropped_total"]
-    assert missing > 0 and dropped == missing, (missing, dropped)
+    # every sample missing was counted; a sample in flight when the samples cluster died may have been written
+    # before its acknowledgement was lost: counted as dropped (delivery gave up), yet stored. At most what the
+    # publisher held unacknowledged, which the buffer bound covers.
+    assert missing > 0 and missing <= dropped <= missing + BUFFER, (missing, dropped)
     gap = max(b - a for a, b in zip(sorted(kept), sorted(kept)[1:], strict=False))
     print(f"cycles to recover: {recovery}; samples cluster away {OUTAGE_S:.0f} s: {dropped:.0f} samples dropped "
           f"and counted, at most {BUFFER} buffered, {len(stored)} stored, {gap - 1} cycles lost in a row")

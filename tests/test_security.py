@@ -404,19 +404,22 @@ def raw_records(cluster: LocalCluster, topic: str) -> bytes:
         consumer.close()
 
 
-def _listening(pid: int, name: str | None = None) -> list[tuple[str, int]]:
-    """(address, port) of every listening TCP socket of ``pid`` and its descendants (only those of processes
-    called ``name``, if given)."""
+def _listening_by_process(pid: int) -> list[tuple[str, int, str]]:
+    """(address, port, process name) of every listening TCP socket of ``pid`` and its descendants, read in one
+    walk (Spark's state servers come and go with its tasks)."""
     proc = psutil.Process(pid)
     out = []
     for q in [proc, *proc.children(recursive=True)]:
         try:
-            if name is None or q.name() == name:
-                out += [(c.laddr.ip, c.laddr.port) for c in q.net_connections(kind="tcp")
-                        if c.status == psutil.CONN_LISTEN]
+            out += [(c.laddr.ip, c.laddr.port, q.name()) for c in q.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN]
         except psutil.NoSuchProcess:
             continue
     return out
+
+
+def _listening(pid: int) -> list[tuple[str, int]]:
+    return [(address, port) for address, port, _ in _listening_by_process(pid)]
 
 
 WILDCARD = ("::", "0.0.0.0")
@@ -427,13 +430,14 @@ def test_every_listening_socket_is_on_loopback_by_default(secure_pipeline: Pipel
     p = secure_pipeline
     assert p.collector.poll() is None and p.job is not None and p.job.poll() is None
     collector = _listening(p.collector.pid)
-    job = _listening(p.job.pid)  # the driver's /metrics, Spark's JVM and its Python workers
+    job_sockets = _listening_by_process(p.job.pid)  # the driver's /metrics, Spark's JVM and its Python workers
+    job = [(address, port) for address, port, _ in job_sockets]
     assert ("127.0.0.1", p.collector_metrics_port) in collector
     assert ("127.0.0.1", p.metrics_port) in job
     # Known exception (docs/security.md): Spark 4.0.0 opens the state server of transformWithStateInPandas with
     # `new ServerSocket(0, 1)`, on every interface, for the duration of each state task: it is the JVM's, on the
     # wildcard address, never on a specific external address (which a missing spark.driver.bindAddress would give).
-    spark_state_servers = {a for a in _listening(p.job.pid, "java") if a[0] in WILDCARD}
+    spark_state_servers = {(a, port) for a, port, name in job_sockets if name == "java" and a in WILDCARD}
     assert [a for a in collector + job if a[0] not in LOOPBACK and a not in spark_state_servers] == []
 
 
