@@ -62,22 +62,30 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
     return reader.load()
 
 
+SAMPLE_STRUCT = schema.union_struct(PartitionSample, ReplicaSample, CycleSample)
+"""Every field of the three sample models: any record is parsed once, whatever its kind."""
 TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
 """A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
 null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
 stops after the first value; inside brackets, anything after it breaks the array)."""
+CANONICAL_JSON = {"ignoreNullFields": "false"}
+"""Spark's to_json written like the collectors' pydantic ``to_json``: every field, nulls included."""
 
 Model = type[PartitionSample] | type[ReplicaSample] | type[CycleSample]
+MODELS: dict[str, Model] = {PARTITION_SCHEMA: PartitionSample, REPLICA_SCHEMA: ReplicaSample,
+                            CYCLE_SCHEMA: CycleSample}
 
 
-def _violations(model: Model, parsed: Column, fields: Column) -> list[tuple[Column, str]]:
+def _violations(model: Model, parsed: Column, fields: Column | None) -> list[tuple[Column, str]]:
     """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
-    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record
-    (parse_samples ~3x faster with the lookup: docs/benchmarks.md, "Streaming job")."""
+    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record.
+    Without ``fields`` (a record known to hold every field of the model, see :func:`_canonical`), a null field
+    is a missing one."""
     out: list[tuple[Column, str]] = []
     for name, f in model.model_fields.items():
         key = schema.json_name(name, f)
-        out += schema._field_violations(parsed[key], fields[key], schema._annotated(f), f.is_required(), key)
+        raw = fields[key] if fields is not None else None
+        out += schema._field_violations(parsed[key], raw, schema._annotated(f), f.is_required(), key)
     return out
 
 
@@ -90,39 +98,65 @@ def _first_violation(model: Model, parsed: Column, fields: Column) -> Column:
                       F.when(F.size(unknown) > 0, F.concat(F.lit(f"{schema.UNKNOWN_FIELD}:"), F.array_min(unknown))))
 
 
+def _as_model(sample: Column, model: Model) -> Column:
+    """The union-parsed record as ``model``'s struct (its fields, in its order)."""
+    return F.struct(*[sample[schema.json_name(n, f)].alias(schema.json_name(n, f)) for n, f in
+                      model.model_fields.items()])
+
+
+def _canonical(parsed: Column, raw: Column) -> Column:
+    """The record is exactly what the collectors write for ``parsed`` (pydantic ``to_json``: compact, every
+    field, nulls included): one JSON object, nothing after it, no field the model lacks, none missing. Such a
+    record needs no map parse: the checks on ``parsed`` alone give its reason."""
+    return F.to_json(parsed, CANONICAL_JSON) == raw
+
+
 def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
-    samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset)."""
+    samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset).
+
+    Two paths, one verdict. Every record is parsed once (``SAMPLE_STRUCT``). A record written the way the
+    collectors write (:func:`_canonical`) is judged by the checks on that parse alone; any other record (other
+    formatting, a field missing or extra, trailing content, not JSON) is parsed a second time as a map of raw
+    fields, which tells a missing field from one of the wrong type and finds extra fields
+    (docs/benchmarks.md, "Streaming job": the second parse on every record halved the throughput)."""
     text = F.col("value").cast("string")
     # JSON is UTF-8: a record that is not goes to the quarantine with its bad bytes replaced (U+FFFD), and
     # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch)
     value = F.make_valid_utf8(text)
-    wrapped = F.from_json(F.concat(F.lit("["), value, F.lit("]")), TOP_LEVEL)
+    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
+                        F.from_json(value, SAMPLE_STRUCT).alias("u"), F.is_valid_utf8(text).alias("utf8"))
+    name = F.col("u")["schema"]
+    models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in MODELS.items()}
+    staged = staged.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
+    parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
+
+    fast = F.col("utf8") & F.coalesce(*[
+        F.when(name == s, _canonical(parsed[s], F.col("raw"))
+               & schema.first_violation(_violations(m, parsed[s], None)).isNull())
+        for s, m in MODELS.items()], F.lit(False))
+    wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL)
     fields = F.when(F.size(wrapped) == 1, wrapped[0])
-    schema_name = fields["schema"]
-    p = F.when(schema_name == PARTITION_SCHEMA, F.from_json(value, PARTITION_STRUCT))
-    r = F.when(schema_name == REPLICA_SCHEMA, F.from_json(value, REPLICA_STRUCT))
-    c = F.when(schema_name == CYCLE_SCHEMA, F.from_json(value, CYCLE_STRUCT))
-    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"), fields.alias("fields"),
-                        schema_name.alias("schema"), p.alias("p"), r.alias("r"), c.alias("c"),
-                        F.is_valid_utf8(text).alias("utf8"))
-    reason: Column = (
+    slow_name = fields["schema"]
+    slow: Column = (
         F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
         .when(~F.col("utf8"), F.lit(schema.INVALID_UTF8))
-        .when(F.col("fields").isNull(), F.lit(schema.MALFORMED_JSON))
-        .when(F.col("schema").isNull() | ~F.col("schema").isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
-        .when(F.col("schema") == PARTITION_SCHEMA, _first_violation(PartitionSample, F.col("p"), F.col("fields")))
-        .when(F.col("schema") == REPLICA_SCHEMA, _first_violation(ReplicaSample, F.col("r"), F.col("fields")))
-        .when(F.col("schema") == CYCLE_SCHEMA, _first_violation(CycleSample, F.col("c"), F.col("fields")))
+        .when(fields.isNull(), F.lit(schema.MALFORMED_JSON))
+        .when(slow_name.isNull() | ~slow_name.isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
     )
-    kind = (F.when(F.col("schema") == PARTITION_SCHEMA, F.lit("p"))
-            .when(F.col("schema") == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))
-    def either(name: str) -> Column:
-        return F.coalesce(F.col("p")[name], F.col("r")[name])
+    for s, m in MODELS.items():
+        slow = slow.when(slow_name == s, _first_violation(m, parsed[s], fields))
+    reason = F.when(fast, F.lit(None).cast("string")).otherwise(slow)
+    kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
+            .when(name == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))
+
+    def either(field_name: str) -> Column:
+        return F.when(name.isin(PARTITION_SCHEMA, REPLICA_SCHEMA), F.col("u")[field_name])
 
     key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
     return staged.select(
-        "raw", "key", "partition", "offset", "p", "r", reason.alias("reason"), kind.alias("kind"),
+        "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
+        parsed[REPLICA_SCHEMA].alias("r"), reason.alias("reason"), kind.alias("kind"),
         F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int").alias("bucket"),
         either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),
     )

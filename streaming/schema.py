@@ -122,6 +122,19 @@ def spark_schema(model: type[BaseModel]) -> StructType:
     ])
 
 
+
+def union_struct(*models: type[BaseModel]) -> StructType:
+    """Every field of ``models`` in one StructType (first appearance order), for parsing a record once whatever
+    its model; a field name the models type differently is refused."""
+    fields: dict[str, StructField] = {}
+    for model in models:
+        for f in spark_schema(model).fields:
+            seen = fields.setdefault(f.name, f)
+            if seen.dataType != f.dataType:
+                raise TypeError(f"field {f.name!r} is {seen.dataType.simpleString()} in one model and "
+                                f"{f.dataType.simpleString()} in {model.__name__}")
+    return StructType(list(fields.values()))
+
 # ---------------------------------------------------------------------------------------------- validation
 MALFORMED_JSON = "malformed_json"
 INVALID_UTF8 = "invalid_utf8"

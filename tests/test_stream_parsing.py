@@ -77,37 +77,40 @@ def test_valid_samples_pass_with_their_values(spark: SparkSession) -> None:
     assert out[0]["bucket"] == out[1]["bucket"]
 
 
-@pytest.mark.parametrize(
-    ("value", "reason"),
-    [
-        (b"{not json", "malformed_json"),
-        (b"[1, 2, 3]", "malformed_json"),
-        (None, "malformed_json"),
-        (json.dumps({"schema": "partition/v9"}).encode(), "unknown_schema"),
-        (json.dumps({"cluster": "c1"}).encode(), "unknown_schema"),
-        (json.dumps({k: v for k, v in partition_sample().items() if k != "leader"}).encode(),
-         "missing_field:leader"),
-        (json.dumps(partition_sample(leader_epoch="four")).encode(), "wrong_type:leader_epoch"),
-        (json.dumps(partition_sample(high_watermark=-5)).encode(), "out_of_range:high_watermark"),
-        (json.dumps(partition_sample(high_watermark=2**63 - 1)).encode(), "out_of_range:high_watermark"),
-        (json.dumps(partition_sample(topic="")).encode(), "bad_length:topic"),
-        (json.dumps(partition_sample(topic="x" * 300)).encode(), "bad_length:topic"),
-        (json.dumps(partition_sample(isr=[1, -7])).encode(), "out_of_range:isr[]"),
-        (json.dumps(partition_sample(replica_offsets=[{"broker_id": 1, "log_end_offset": -1}])).encode(),
-         "out_of_range:replica_offsets[].log_end_offset"),
-        # JSON is UTF-8; one object, nothing after it (Spark's parser alone would stop at the first value)
-        (json.dumps(partition_sample()).encode().replace(b'"c1"', b'"c\xff1"'), "invalid_utf8"),
-        (json.dumps(partition_sample()).encode() + b" trailing", "malformed_json"),
-        (json.dumps(partition_sample()).encode() * 2, "malformed_json"),
-        (b"[" + json.dumps(partition_sample()).encode() + b"]", "malformed_json"),
-        (b"", "malformed_json"),
-        (json.dumps(partition_sample(evil=1)).encode(), "unknown_field:evil"),  # the models forbid extra fields
-        (json.dumps({"schema": "cycle/v1", "cluster": "c1"}).encode(), "missing_field:collector_id"),
-    ],
-)
-def test_bad_records_get_their_reason(spark: SparkSession, value: bytes | None, reason: str) -> None:
-    (row,) = parse(spark, [value])
-    assert row["reason"] == reason
+# (record, reason): records other than the collectors' own form (other spacing, fields missing or extra,
+# trailing content), judged on the map parse
+BAD_RECORDS: list[tuple[bytes | None, str]] = [
+    (b"{not json", "malformed_json"),
+    (b"[1, 2, 3]", "malformed_json"),
+    (None, "malformed_json"),
+    (json.dumps({"schema": "partition/v9"}).encode(), "unknown_schema"),
+    (json.dumps({"cluster": "c1"}).encode(), "unknown_schema"),
+    (json.dumps({k: v for k, v in partition_sample().items() if k != "leader"}).encode(),
+     "missing_field:leader"),
+    (json.dumps(partition_sample(leader_epoch="four")).encode(), "wrong_type:leader_epoch"),
+    (json.dumps(partition_sample(high_watermark=-5)).encode(), "out_of_range:high_watermark"),
+    (json.dumps(partition_sample(high_watermark=2**63 - 1)).encode(), "out_of_range:high_watermark"),
+    (json.dumps(partition_sample(topic="")).encode(), "bad_length:topic"),
+    (json.dumps(partition_sample(topic="x" * 300)).encode(), "bad_length:topic"),
+    (json.dumps(partition_sample(isr=[1, -7])).encode(), "out_of_range:isr[]"),
+    (json.dumps(partition_sample(replica_offsets=[{"broker_id": 1, "log_end_offset": -1}])).encode(),
+     "out_of_range:replica_offsets[].log_end_offset"),
+    # JSON is UTF-8; one object, nothing after it (Spark's parser alone would stop at the first value)
+    (json.dumps(partition_sample()).encode().replace(b'"c1"', b'"c\xff1"'), "invalid_utf8"),
+    (json.dumps(partition_sample()).encode() + b" trailing", "malformed_json"),
+    (json.dumps(partition_sample()).encode() * 2, "malformed_json"),
+    (b"[" + json.dumps(partition_sample()).encode() + b"]", "malformed_json"),
+    (b"", "malformed_json"),
+    (json.dumps(partition_sample(evil=1)).encode(), "unknown_field:evil"),  # the models forbid extra fields
+    (json.dumps({"schema": "cycle/v1", "cluster": "c1"}).encode(), "missing_field:collector_id"),
+]
+
+
+def test_bad_records_get_their_reason(spark: SparkSession) -> None:
+    out = parse(spark, [value for value, _ in BAD_RECORDS])  # one Spark job for all of them
+    wrong = [(value, reason, row["reason"]) for (value, reason), row in zip(BAD_RECORDS, out, strict=True)
+             if row["reason"] != reason]
+    assert not wrong, wrong
 
 
 def test_valid_cycle_samples_and_leading_whitespace_pass(spark: SparkSession) -> None:
@@ -122,3 +125,51 @@ def test_bad_records_do_not_disturb_good_ones(spark: SparkSession) -> None:
     out = parse(spark, [good, b"\x00\xff garbage", good, json.dumps(partition_sample(cycle=-1)).encode()])
     assert [r["reason"] is None for r in out] == [True, False, True, False]
     assert out[3]["reason"] == "out_of_range:cycle"
+
+
+def canonical(sample: PartitionSample | ReplicaSample | CycleSample, **changes: Any) -> bytes:
+    """The collectors' own JSON form of ``sample`` with ``changes`` (values the model would refuse) written in."""
+    return to_json(sample.model_copy(update=changes))
+
+
+def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: SparkSession) -> None:
+    from pyspark.sql import functions as F
+
+    from streaming.job import MODELS, SAMPLE_STRUCT, _as_model, _canonical
+
+    replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",
+                            topic="orders", partition=3, log_end_offset=100,
+                            epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0)])
+    cycle = CycleSample(cluster="c1", collector_id="col", cycle=3, sample_time_ms=1, duration_ms=5, partitions=2,
+                        brokers=[1, 2])
+    records = [to_json(PartitionSample.model_validate(partition_sample())), to_json(replica), to_json(cycle),
+               json.dumps(partition_sample()).encode()]  # the same partition sample, spaced: not canonical
+    frame = spark.createDataFrame([(r.decode(),) for r in records], "raw string")
+    u = F.from_json("raw", SAMPLE_STRUCT)
+    canon = [F.when(u["schema"] == s, _canonical(_as_model(u, m), F.col("raw"))) for s, m in MODELS.items()]
+    flags = [row[0] for row in frame.select(F.coalesce(*canon)).collect()]
+    assert flags == [True, True, True, False]
+
+
+def test_canonical_records_that_break_a_rule_get_the_same_reasons(spark: SparkSession) -> None:
+    """Records in the collectors' form with values the models refuse take the path without the map parse and
+    get the reasons the map path gives (the spaced variant of each, judged on the map parse, agrees)."""
+    sample = PartitionSample.model_validate(partition_sample())
+    cases = {
+        "out_of_range:high_watermark": dict(high_watermark=-5),
+        "bad_length:topic": dict(topic=""),
+        "out_of_range:isr[]": dict(isr=[1, -7]),
+        "missing_field:leader": dict(leader=None),
+        "out_of_range:replica_offsets[].log_end_offset": dict(
+            replica_offsets=[ReplicaOffsets.model_construct(broker_id=1, log_end_offset=-1, error=None,
+                                                            error_detail=None)]),
+    }
+    compact = [canonical(sample, **changes) for changes in cases.values()]
+    spaced = [json.dumps(json.loads(r)).encode() for r in compact]
+    good = to_json(sample)
+    # what makes the collectors' form no longer canonical is still caught
+    broken = {"malformed_json": good + b" trailing", "unknown_field:evil": good[:-1] + b',"evil":1}',
+              "invalid_utf8": good.replace(b'"c1"', b'"c\xff1"')}
+    out = parse(spark, compact + spaced + list(broken.values()) + [good, good * 2])
+    reasons = [r["reason"] for r in out]
+    assert reasons == [*cases, *cases, *broken, None, "malformed_json"]
