@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -444,10 +444,11 @@ def plot(results: dict[str, Any], path: Path) -> None:
                   f"{results['trigger']:g} s, {os.cpu_count()} cores")
     batches = [b for b in results["latency_batches"] if b["recording"]]
     if batches:
-        xs = [b["t"] - t0 for b in batches]
-        ax2.plot(xs, [b["newest_delay"] for b in batches], "o-", ms=3, label="newest sample of the batch (JobStats)")
-        ax2.plot(xs, [b["p95"] for b in batches], "s-", ms=3, label="p95 over the partitions of the batch")
-        ax2.plot(xs, [b["max"] for b in batches], "^-", ms=3, label="max over the partitions of the batch")
+        offsets = [b["t"] - t0 for b in batches]
+        ax2.plot(offsets, [b["newest_delay"] for b in batches], "o-", ms=3,
+                 label="newest sample of the batch (JobStats)")
+        ax2.plot(offsets, [b["p95"] for b in batches], "s-", ms=3, label="p95 over the partitions of the batch")
+        ax2.plot(offsets, [b["max"] for b in batches], "^-", ms=3, label="max over the partitions of the batch")
     ax2.axhline(3 * results["trigger"], color="red", ls=":", label="target p95: 3 trigger intervals")
     ax2.set_ylabel("sample-to-metric latency (s)")
     ax2.set_yscale("log")
@@ -711,7 +712,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["state_memory_mb"] = sum(op.get("memoryUsedBytes", 0) for op in last.get("stateOperators", [])) / 2**20
         results["tracked"] = len(job.exporter.snapshot())
         results["memory"] = memory(spark)
-        quarantined = job.exporter._counters.get("replmon_quarantined_samples_total", {})
+        quarantined: Mapping[Any, float] = job.exporter._counters.get("replmon_quarantined_samples_total", {})
         results["quarantined"] = int(sum(quarantined.values()))
         results["cprofile"] = cprofile_top(profile_dir) if args.cprofile else ""
         print(f"memory with {results['tracked']:,} partitions tracked: {results['memory']}", flush=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -48,7 +48,7 @@ def partition_sample(**changes: Any) -> dict[str, Any]:
     return data
 
 
-def parse(spark: SparkSession, values: list[bytes | None]) -> list[dict[str, Any]]:
+def parse(spark: SparkSession, values: Sequence[bytes | None]) -> list[dict[str, Any]]:
     rows = [(b"k", v, 0, i) for i, v in enumerate(values)]
     parsed = parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), buckets=8)
     return [r.asDict(recursive=True) for r in parsed.orderBy("offset").collect()]
@@ -155,7 +155,7 @@ def test_canonical_records_that_break_a_rule_get_the_same_reasons(spark: SparkSe
     """Records in the collectors' form with values the models refuse take the path without the map parse and
     get the reasons the map path gives (the spaced variant of each, judged on the map parse, agrees)."""
     sample = PartitionSample.model_validate(partition_sample())
-    cases = {
+    cases: dict[str, dict[str, Any]] = {
         "out_of_range:high_watermark": dict(high_watermark=-5),
         "bad_length:topic": dict(topic=""),
         "out_of_range:isr[]": dict(isr=[1, -7]),
