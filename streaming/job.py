@@ -111,6 +111,14 @@ def _canonical(parsed: Column, raw: Column) -> Column:
     return F.to_json(parsed, CANONICAL_JSON) == raw
 
 
+def _once(expression: Column) -> Column:
+    """``expression``, made nondeterministic (spark_partition_id() is never negative, but the optimizer cannot
+    know), so that it is evaluated once per row where it is projected: a filter on ``reason`` (both queries have
+    one) is otherwise pushed below the projections with every reference to a parsed record replaced by its
+    from_json, which parsed each record hundreds of times (~20x slower: docs/benchmarks.md, "Streaming job")."""
+    return F.when(F.spark_partition_id() >= 0, expression)
+
+
 def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
     samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset).
@@ -124,19 +132,21 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     # JSON is UTF-8: a record that is not goes to the quarantine with its bad bytes replaced (U+FFFD), and
     # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch)
     value = F.make_valid_utf8(text)
-    staged = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
-                        F.from_json(value, SAMPLE_STRUCT).alias("u"), F.is_valid_utf8(text).alias("utf8"))
+    rows = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
+                      _once(F.from_json(value, SAMPLE_STRUCT)).alias("u"), F.is_valid_utf8(text).alias("utf8"))
     name = F.col("u")["schema"]
     models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in MODELS.items()}
-    staged = staged.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
+    rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
     parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
 
     fast = F.col("utf8") & F.coalesce(*[
         F.when(name == s, _canonical(parsed[s], F.col("raw"))
                & schema.first_violation(_violations(m, parsed[s], None)).isNull())
         for s, m in MODELS.items()], F.lit(False))
+    rows = rows.select("*", _once(fast).alias("fast"))
     wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL)
-    fields = F.when(F.size(wrapped) == 1, wrapped[0])
+    rows = rows.select("*", _once(F.when(~F.col("fast"), wrapped)).alias("wrapped"))
+    fields = F.when(F.size(F.col("wrapped")) == 1, F.col("wrapped")[0])
     slow_name = fields["schema"]
     slow: Column = (
         F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
@@ -146,7 +156,7 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     )
     for s, m in MODELS.items():
         slow = slow.when(slow_name == s, _first_violation(m, parsed[s], fields))
-    reason = F.when(fast, F.lit(None).cast("string")).otherwise(slow)
+    reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
             .when(name == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))
 
@@ -154,7 +164,7 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
         return F.when(name.isin(PARTITION_SCHEMA, REPLICA_SCHEMA), F.col("u")[field_name])
 
     key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
-    return staged.select(
+    return rows.select(
         "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
         parsed[REPLICA_SCHEMA].alias("r"), reason.alias("reason"), kind.alias("kind"),
         F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int").alias("bucket"),
