@@ -17,6 +17,7 @@ from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import Pipeline, running_pipeline
+from tests.prometheus import Prometheus, running_prometheus
 
 _topic_ids = itertools.count()
 
@@ -106,3 +107,11 @@ def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) ->
     Spark start for all of them); samples and events on a one-broker transport cluster."""
     with running_pipeline(cluster, tmp_path_factory) as p:
         yield p
+
+
+@pytest.fixture(scope="session")
+def prometheus(pipeline: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
+    """A real Prometheus scraping the pipeline with the repo's config and alert rules, for the session: the
+    end-to-end faults are checked in replmon's events and metrics and in the alerts they fire."""
+    with running_prometheus(pipeline, tmp_path_factory.mktemp("prometheus")) as server:
+        yield server

@@ -1,5 +1,7 @@
 """The local cluster itself: lifecycle through the CLI, its error messages, and the replication faults it can
-cause, each checked against Kafka's own metadata (tests.kafka_view), never against replmon."""
+cause, each checked against Kafka's own metadata (tests.kafka_view), never against replmon. The unclean
+election with its exact loss is checked the same way inside tests.pipeline.cause_unclean_loss, which the
+end-to-end tests run (once is enough: it costs a minute)."""
 
 from __future__ import annotations
 
@@ -207,49 +209,6 @@ def test_killed_leader_is_replaced_with_the_next_leader_epoch(
     assert after.leader_epoch == before.leader_epoch + 1
     assert 2 not in after.isr
     producer.wait_acknowledged(20)  # the new leader takes writes
-
-
-@pytest.mark.cluster
-def test_unclean_election_loses_acknowledged_messages(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
-) -> None:
-    """Followers stopped, acks=1 writes to the lone leader, leader killed, a stale follower made leader: it
-    was outside the ISR, and what only the old leader held is gone."""
-    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
-    producer = producer_factory(topic_name, acks=1)
-    producer.wait_acknowledged(100)
-    producer.pause()
-    replicated = producer.acknowledged()  # on all three replicas once the HW covers them with a full ISR
-    last_offset = max(offset for _, offset in replicated.values())
-    wait_until(lambda: kafka_view.high_watermark(topic_name) == last_offset + 1
-               and len(kafka_view.partition(topic_name).isr) == 3, 30, "every replica to hold every message")
-
-    healthy_cluster.stop(2)
-    healthy_cluster.stop(3)
-    wait_until(lambda: kafka_view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
-    producer.resume()
-    producer.wait_acknowledged(100)  # acknowledged by broker 1 alone
-    producer.pause()
-    acknowledged = producer.acknowledged()
-    only_on_leader = set(acknowledged) - set(replicated)
-    assert len(only_on_leader) >= 100
-    readable_before = readable_sequences(healthy_cluster.bootstrap_servers, topic_name)
-    assert set(acknowledged) <= set(readable_before)  # committed: min.insync.replicas=1 lets the HW advance
-    former = kafka_view.partition(topic_name)
-
-    healthy_cluster.kill(1)
-    healthy_cluster.start(2)  # a stale follower: not in the ISR, so no clean election can pick it
-    wait_until(lambda: kafka_view.partition(topic_name).leader == -1, 30, "the partition to go offline")
-    healthy_cluster.elect_unclean(topic_name, 0)
-    after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader == 2 and v, 30,
-                       "broker 2 to become leader by unclean election")
-    assert 2 not in former.isr and 2 not in former.elr
-    assert after.leader_epoch > former.leader_epoch
-
-    readable_after = readable_sequences(healthy_cluster.bootstrap_servers, topic_name)
-    lost = set(acknowledged) - set(readable_after)
-    assert lost == only_on_leader, "exactly what only the old leader held is lost"
-    assert set(readable_after) == set(replicated)
 
 
 @pytest.mark.cluster

@@ -1,19 +1,30 @@
 """End to end on the real cluster: faults caused on Kafka -> collector -> samples topic -> Spark job -> the
-/metrics endpoint and the events topic. Expected values come from Kafka's own view (tests.kafka_view) and from
-the sequenced producer and consumer, never from replmon."""
+/metrics endpoint, the events topic, and a real Prometheus (127.0.0.1, scraping the job and the collector with
+the repo's scrape config and alert rules) whose alerts are read through its HTTP API; last, every dashboard panel
+query answered from this live Prometheus. Expected values come from Kafka's own view (tests.kafka_view) and from
+the sequenced producer and consumer, never from replmon.
+
+The tests run in file order: the dashboard check comes last and relies on the scenarios before it (an unclean
+election with committed data lost, a divergent lineage, quarantined samples) having put data into Prometheus.
+"""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+import yaml
 
+from dashboards.build import build_all
 from replmon.localcluster import LocalCluster, NodeState
 from replmon.workload import SequencedProducer
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, cause_unclean_loss, of
+from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -22,14 +33,28 @@ def e2e_topic(topic_name: str) -> str:
     return TOPIC_PREFIX + topic_name
 
 
-def test_paused_follower_gives_isr_shrink_and_the_gauge_drops_then_expand(
-    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
-    producer_factory: Callable[..., SequencedProducer],
+def test_prometheus_scrapes_both_targets_with_the_rules_loaded(prometheus: Prometheus) -> None:
+    targets = {t["labels"]["job"]: t for t in prometheus.api("targets")["activeTargets"]}
+    assert set(targets) == {"replmon-stream", "replmon-collector"}
+    loaded = {r["name"] for g in prometheus.api("rules")["groups"] for r in g["rules"]}
+    expected = {r["alert"] for g in yaml.safe_load((PROMETHEUS_DIR / "alerts.yml").read_text())["groups"]
+                for r in g["rules"]}
+    assert loaded == expected
+    wait_until(lambda: prometheus.query("replmon_job_batches_total"), 30, "the job's series in Prometheus")
+    wait_until(lambda: prometheus.query("replmon_collector_partitions"), 30, "the collector's series")
+
+
+def test_paused_follower_gives_isr_shrink_the_gauge_drop_and_the_alert_then_expand(
+    pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
+    e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]})
-    producer_factory(e2e_topic).wait_acknowledged(50)
+    producer_factory(e2e_topic).wait_acknowledged(50)  # keeps producing: an idle follower never leaves the ISR
     wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
                DEADLINE_S, "the ISR-size gauge at 3")
+    wait_until(lambda: prometheus.query(f'replmon_topic_under_replicated_partitions{{topic="{e2e_topic}"}} == 0'),
+               DEADLINE_S, "the topic healthy in Prometheus")
+    assert not prometheus.alerts(UNDER_REPLICATED, topic=e2e_topic)
 
     healthy_cluster.pause(3)
     wait_until(lambda: 3 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
@@ -40,12 +65,19 @@ def test_paused_follower_gives_isr_shrink_and_the_gauge_drops_then_expand(
                DEADLINE_S, "the ISR-size gauge at 2")
     assert pipeline.metric("replmon_partition_under_replicated", topic=e2e_topic, partition="0") == 1
     assert pipeline.metric("replmon_replica_in_isr", topic=e2e_topic, partition="0", broker="3") == 0
+    alert = prometheus.wait_firing(UNDER_REPLICATED, topic=e2e_topic)
+    assert alert["labels"]["cluster"] == "local" and alert["labels"]["severity"] == "warning"
+    assert float(alert["value"]) == 1.0  # one under-replicated partition
+    in_isr = prometheus.query(f'replmon_replica_in_isr{{topic="{e2e_topic}", broker="3"}}')
+    assert [float(s["value"][1]) for s in in_isr] == [0.0]
 
     healthy_cluster.resume(3)
     expand = pipeline.wait_event("ISR_EXPAND", of(e2e_topic, "ISR_EXPAND"))
     assert expand["brokers"] == [3]
     wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
                DEADLINE_S, "the ISR-size gauge back at 3")
+    wait_until(lambda: not prometheus.alerts(UNDER_REPLICATED, topic=e2e_topic), DEADLINE_S,
+               f"{UNDER_REPLICATED} to resolve after the resume", interval_s=1.0)
     assert_events_command_lists(pipeline, e2e_topic)
 
 
@@ -70,13 +102,17 @@ def test_killed_leader_gives_leader_change_with_the_next_epoch(
                == after.leader_epoch, DEADLINE_S, "the leader epoch gauge at +1")
 
 
-def test_unclean_election_gives_unclean_leader_change_and_the_exact_committed_loss(
-    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
-    producer_factory: Callable[..., SequencedProducer],
+def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_and_its_alerts(
+    pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
+    e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    def seen_by_replmon(high_watermark: int) -> None:  # replmon must see the committed offsets first
+    def seen_by_replmon(high_watermark: int) -> None:  # replmon and Prometheus must see the committed offsets
         wait_until(lambda: pipeline.metric("replmon_partition_high_watermark", topic=e2e_topic, partition="0")
                    == high_watermark, DEADLINE_S, "the high watermark gauge to reach Kafka's")
+        wait_until(lambda: [s for s in prometheus.query(f'replmon_partition_high_watermark{{topic="{e2e_topic}"}}')
+                            if float(s["value"][1]) == high_watermark], DEADLINE_S,
+                   "Prometheus to see Kafka's high watermark")
+        assert not prometheus.alerts(DATA_LOSS, topic=e2e_topic)
 
     loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory, seen_by_replmon)
     end, high_watermark, lost = loss.replicated_end, loss.high_watermark, loss.lost
@@ -89,6 +125,11 @@ def test_unclean_election_gives_unclean_leader_change_and_the_exact_committed_lo
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
                == len(lost), DEADLINE_S, "the committed-loss counter")
     assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1
+    alert = prometheus.wait_firing(DATA_LOSS, topic=e2e_topic)
+    assert alert["labels"]["cluster"] == "local" and alert["labels"]["severity"] == "critical"
+    # first increment of a new series: the value is the counter itself, i.e. the messages lost
+    assert float(alert["value"]) == len(lost)
+    assert prometheus.wait_firing(UNCLEAN, topic=e2e_topic)["labels"]["severity"] == "critical"
 
     # The old leader is still down, its log holding what only it had. The log-dir agent reads that log from disk
     # and the job reports the divergence and the offsets the broker will truncate, before it comes back.
@@ -185,3 +226,83 @@ def assert_events_command_lists(pipeline: Pipeline, topic: str) -> None:
     assert out.returncode == 0
     rows = [line for line in out.stdout.splitlines() if topic[:20] in line]
     assert rows and all("ISR_SHRINK" in line for line in rows)
+
+
+# Panel queries that may legitimately return no data in this run, by the metric that has no series: counters
+# that replmon creates on their first increment, and nothing here need increment them.
+NO_DATA_METRICS = {
+    "replmon_collector_cycles_skipped_total": "no sampling cycle overran its 1 s interval",
+    "replmon_collector_errors_total": "only when the collector met an error this run",
+}
+
+
+# ------------------------------------------------------------------------------------------------ dashboards
+def _label_values(prometheus: Prometheus, label: str, match: str) -> list[str]:
+    values: list[str] = prometheus.api(f"label/{label}/values", **{"match[]": match})
+    return sorted(values)
+
+
+def _variables(prometheus: Prometheus) -> dict[str, str]:
+    """One concrete choice per template variable, as Grafana would offer it from this Prometheus: the
+    values come from the variables' own label_values() queries; the topic is one with an unclean election,
+    so that every partition panel and annotation has something to show."""
+    clusters = _label_values(prometheus, "cluster", "replmon_cluster_partitions")
+    # the watched local cluster; tests on the same pipeline may add others (the hostile-input test's "hostile")
+    assert "local" in clusters, clusters
+    topics = _label_values(prometheus, "topic", 'replmon_partition_isr_size{cluster="local"}')
+    lossy = set(_label_values(prometheus, "topic", "replmon_committed_messages_lost_total"))
+    assert lossy & set(topics), f"no topic with lost messages among {topics}: did the unclean test run?"
+    topic = sorted(lossy & set(topics))[0]
+    partitions = _label_values(prometheus, "partition",
+                               f'replmon_partition_isr_size{{cluster="local", topic="{topic}"}}')
+    brokers = _label_values(prometheus, "broker", 'replmon_broker_replicas{cluster="local"}')
+    assert partitions == ["0"] and brokers == ["1", "2", "3"]
+    return {"cluster": "local", "topic": topic, "partition": "0", "broker": "2", "datasource": "prometheus",
+            "__rate_interval": "1m", "__interval": "1s", "__range": "5m"}
+
+
+def _substitute(expr: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
+
+
+def _panel_queries() -> list[tuple[str, str, str]]:
+    """(dashboard uid, panel title, expression) of every panel target."""
+    out: list[tuple[str, str, str]] = []
+
+    def walk(uid: str, panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            out.extend((uid, panel["title"], t["expr"]) for t in panel.get("targets") or [] if t.get("expr"))
+            walk(uid, panel.get("panels") or [])
+
+    for uid, data in build_all().items():
+        walk(uid, data["panels"])
+    return out
+
+
+def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: Prometheus) -> None:
+    values = _variables(prometheus)
+    queries = _panel_queries()
+    committed = {p.stem for p in (ROOT / "dashboards" / "generated").glob("*.json")}
+    assert {uid for uid, _, _ in queries} == committed
+    absent = {name for name in NO_DATA_METRICS if not prometheus.query(f"count({{__name__={name!r}}})")}
+    expect_data = [(uid, title, _substitute(expr, values)) for uid, title, expr in queries
+                   if not any(name in expr for name in absent)]
+    legit = [f"{uid} / {title}: {expr}  ({NO_DATA_METRICS[name]})" for uid, title, expr in queries
+             for name in sorted(absent) if name in expr]
+    print("panel queries legitimately without data (their metric has no series in this run):", *legit, sep="\n  ")
+    for uid, title, expr in queries:
+        if any(name in expr for name in absent):
+            query = _substitute(expr, values)
+            assert not prometheus.query(query), f"{uid}/{title}: data from a metric without series: {query}"
+
+    empty: list[tuple[str, str, str]] = []
+
+    def all_have_data() -> bool:
+        empty[:] = [(u, t, q) for u, t, q in expect_data if not prometheus.query(q)]
+        return not empty
+
+    try:  # a rate() over a series born seconds ago needs its second scrape
+        wait_until(all_have_data, 30, "every panel query to return data", interval_s=1.0)
+    except AssertionError:
+        pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
+    assert "replmon_committed_messages_lost_total" not in absent
