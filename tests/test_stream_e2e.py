@@ -4,8 +4,9 @@ the repo's scrape config and alert rules) whose alerts are read through its HTTP
 query answered from this live Prometheus. Expected values come from Kafka's own view (tests.kafka_view) and from
 the sequenced producer and consumer, never from replmon.
 
-The tests run in file order: the dashboard check comes last and relies on the scenarios before it (an unclean
-election with committed data lost, a divergent lineage, quarantined samples) having put data into Prometheus.
+The tests run in file order: the dashboard check relies on the scenarios before it (an unclean election with
+committed data lost, a divergent lineage) having put data into Prometheus, and comes before the job is killed
+(a restarted job starts its counters afresh).
 """
 
 from __future__ import annotations
@@ -147,6 +148,88 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     assert healthy_cluster.node_state(1) == NodeState.STOPPED, "reported before the old leader truncates"
 
 
+# Panel queries that may legitimately return no data in this run, by the metric that has no series: counters
+# that replmon creates on their first increment, and nothing here need increment them.
+NO_DATA_METRICS = {
+    "replmon_quarantined_samples_total": "only when a sample was quarantined since the job's last start (the "
+                                         "bad-samples test comes after this one)",
+    "replmon_collector_cycles_skipped_total": "no sampling cycle overran its 1 s interval",
+    "replmon_collector_errors_total": "only when the collector met an error this run",
+}
+
+
+# ------------------------------------------------------------------------------------------------ dashboards
+def _label_values(prometheus: Prometheus, label: str, match: str) -> list[str]:
+    values: list[str] = prometheus.api(f"label/{label}/values", **{"match[]": match})
+    return sorted(values)
+
+
+def _variables(prometheus: Prometheus) -> dict[str, str]:
+    """One concrete choice per template variable, as Grafana would offer it from this Prometheus: the
+    values come from the variables' own label_values() queries; the topic is one with an unclean election,
+    so that every partition panel and annotation has something to show."""
+    clusters = _label_values(prometheus, "cluster", "replmon_cluster_partitions")
+    # the watched local cluster; tests on the same pipeline may add others (the hostile-input test's "hostile")
+    assert "local" in clusters, clusters
+    topics = _label_values(prometheus, "topic", 'replmon_partition_isr_size{cluster="local"}')
+    lossy = set(_label_values(prometheus, "topic", "replmon_committed_messages_lost_total"))
+    assert lossy & set(topics), f"no topic with lost messages among {topics}: did the unclean test run?"
+    topic = sorted(lossy & set(topics))[0]
+    partitions = _label_values(prometheus, "partition",
+                               f'replmon_partition_isr_size{{cluster="local", topic="{topic}"}}')
+    brokers = _label_values(prometheus, "broker", 'replmon_broker_replicas{cluster="local"}')
+    assert partitions == ["0"] and brokers == ["1", "2", "3"]
+    return {"cluster": "local", "topic": topic, "partition": "0", "broker": "2", "datasource": "prometheus",
+            "__rate_interval": "1m", "__interval": "1s", "__range": "5m"}
+
+
+def _substitute(expr: str, values: dict[str, str]) -> str:
+    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
+
+
+def _panel_queries() -> list[tuple[str, str, str]]:
+    """(dashboard uid, panel title, expression) of every panel target."""
+    out: list[tuple[str, str, str]] = []
+
+    def walk(uid: str, panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            out.extend((uid, panel["title"], t["expr"]) for t in panel.get("targets") or [] if t.get("expr"))
+            walk(uid, panel.get("panels") or [])
+
+    for uid, data in build_all().items():
+        walk(uid, data["panels"])
+    return out
+
+
+def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: Prometheus) -> None:
+    values = _variables(prometheus)
+    queries = _panel_queries()
+    committed = {p.stem for p in (ROOT / "dashboards" / "generated").glob("*.json")}
+    assert {uid for uid, _, _ in queries} == committed
+    absent = {name for name in NO_DATA_METRICS if not prometheus.query(f"count({{__name__={name!r}}})")}
+    expect_data = [(uid, title, _substitute(expr, values)) for uid, title, expr in queries
+                   if not any(name in expr for name in absent)]
+    legit = [f"{uid} / {title}: {expr}  ({NO_DATA_METRICS[name]})" for uid, title, expr in queries
+             for name in sorted(absent) if name in expr]
+    print("panel queries legitimately without data (their metric has no series in this run):", *legit, sep="\n  ")
+    for uid, title, expr in queries:
+        if any(name in expr for name in absent):
+            query = _substitute(expr, values)
+            assert not prometheus.query(query), f"{uid}/{title}: data from a metric without series: {query}"
+
+    empty: list[tuple[str, str, str]] = []
+
+    def all_have_data() -> bool:
+        empty[:] = [(u, t, q) for u, t, q in expect_data if not prometheus.query(q)]
+        return not empty
+
+    try:  # a rate() over a series born seconds ago needs its second scrape
+        wait_until(all_have_data, 30, "every panel query to return data", interval_s=1.0)
+    except AssertionError:
+        pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
+    assert "replmon_committed_messages_lost_total" not in absent
+
+
 def test_job_killed_mid_stream_loses_and_duplicates_no_event(
     pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
     producer_factory: Callable[..., SequencedProducer],
@@ -226,83 +309,3 @@ def assert_events_command_lists(pipeline: Pipeline, topic: str) -> None:
     assert out.returncode == 0
     rows = [line for line in out.stdout.splitlines() if topic[:20] in line]
     assert rows and all("ISR_SHRINK" in line for line in rows)
-
-
-# Panel queries that may legitimately return no data in this run, by the metric that has no series: counters
-# that replmon creates on their first increment, and nothing here need increment them.
-NO_DATA_METRICS = {
-    "replmon_collector_cycles_skipped_total": "no sampling cycle overran its 1 s interval",
-    "replmon_collector_errors_total": "only when the collector met an error this run",
-}
-
-
-# ------------------------------------------------------------------------------------------------ dashboards
-def _label_values(prometheus: Prometheus, label: str, match: str) -> list[str]:
-    values: list[str] = prometheus.api(f"label/{label}/values", **{"match[]": match})
-    return sorted(values)
-
-
-def _variables(prometheus: Prometheus) -> dict[str, str]:
-    """One concrete choice per template variable, as Grafana would offer it from this Prometheus: the
-    values come from the variables' own label_values() queries; the topic is one with an unclean election,
-    so that every partition panel and annotation has something to show."""
-    clusters = _label_values(prometheus, "cluster", "replmon_cluster_partitions")
-    # the watched local cluster; tests on the same pipeline may add others (the hostile-input test's "hostile")
-    assert "local" in clusters, clusters
-    topics = _label_values(prometheus, "topic", 'replmon_partition_isr_size{cluster="local"}')
-    lossy = set(_label_values(prometheus, "topic", "replmon_committed_messages_lost_total"))
-    assert lossy & set(topics), f"no topic with lost messages among {topics}: did the unclean test run?"
-    topic = sorted(lossy & set(topics))[0]
-    partitions = _label_values(prometheus, "partition",
-                               f'replmon_partition_isr_size{{cluster="local", topic="{topic}"}}')
-    brokers = _label_values(prometheus, "broker", 'replmon_broker_replicas{cluster="local"}')
-    assert partitions == ["0"] and brokers == ["1", "2", "3"]
-    return {"cluster": "local", "topic": topic, "partition": "0", "broker": "2", "datasource": "prometheus",
-            "__rate_interval": "1m", "__interval": "1s", "__range": "5m"}
-
-
-def _substitute(expr: str, values: dict[str, str]) -> str:
-    return re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: values[m.group(1) or m.group(2)], expr)
-
-
-def _panel_queries() -> list[tuple[str, str, str]]:
-    """(dashboard uid, panel title, expression) of every panel target."""
-    out: list[tuple[str, str, str]] = []
-
-    def walk(uid: str, panels: list[dict[str, Any]]) -> None:
-        for panel in panels:
-            out.extend((uid, panel["title"], t["expr"]) for t in panel.get("targets") or [] if t.get("expr"))
-            walk(uid, panel.get("panels") or [])
-
-    for uid, data in build_all().items():
-        walk(uid, data["panels"])
-    return out
-
-
-def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: Prometheus) -> None:
-    values = _variables(prometheus)
-    queries = _panel_queries()
-    committed = {p.stem for p in (ROOT / "dashboards" / "generated").glob("*.json")}
-    assert {uid for uid, _, _ in queries} == committed
-    absent = {name for name in NO_DATA_METRICS if not prometheus.query(f"count({{__name__={name!r}}})")}
-    expect_data = [(uid, title, _substitute(expr, values)) for uid, title, expr in queries
-                   if not any(name in expr for name in absent)]
-    legit = [f"{uid} / {title}: {expr}  ({NO_DATA_METRICS[name]})" for uid, title, expr in queries
-             for name in sorted(absent) if name in expr]
-    print("panel queries legitimately without data (their metric has no series in this run):", *legit, sep="\n  ")
-    for uid, title, expr in queries:
-        if any(name in expr for name in absent):
-            query = _substitute(expr, values)
-            assert not prometheus.query(query), f"{uid}/{title}: data from a metric without series: {query}"
-
-    empty: list[tuple[str, str, str]] = []
-
-    def all_have_data() -> bool:
-        empty[:] = [(u, t, q) for u, t, q in expect_data if not prometheus.query(q)]
-        return not empty
-
-    try:  # a rate() over a series born seconds ago needs its second scrape
-        wait_until(all_have_data, 30, "every panel query to return data", interval_s=1.0)
-    except AssertionError:
-        pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
-    assert "replmon_committed_messages_lost_total" not in absent
