@@ -184,16 +184,20 @@ class ReplicationProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        self.state = handle.getValueState("partitions", STATE_SCHEMA)
+        # A list state of one row, not a value state: a list state's put travels to the JVM as Arrow, read in
+        # full, while a value state's update travels in one protobuf message that Spark 4.0.0 reads with
+        # InputStream.read, which returns early on a large one (SPARK-53870, fixed in 4.0.2): a bucket of a
+        # thousand partitions (300k partitions in 256 buckets) failed the query with "invalid pickle opcode: 0".
+        self.state = handle.getListState("partitions", STATE_SCHEMA)
 
     def _load(self) -> Table:
         if not self.state.exists():
             return {}
-        value = self.state.get()
-        return pickle.loads(value[0]) if value and value[0] is not None else {}
+        rows = list(self.state.get())
+        return pickle.loads(rows[0][0]) if rows and rows[0][0] is not None else {}
 
     def _save(self, table: Table) -> None:
-        self.state.update((pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),))
+        self.state.put([(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),)])
 
     def _ensure_timer(self, now_ms: int) -> None:
         if not list(self.handle.listTimers()):
