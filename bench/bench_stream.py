@@ -768,8 +768,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
     notes = [
         f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark 4.0.0 (local[2]), one broker "
         f"of Kafka 4.3.1; load average (1, 5, 15 min) {r['load_start']} at the start and {r['load_end']} at the "
-        "end. The machine is shared with other sessions' test suites, the broker and the producer JVM; figures "
-        "are what the job got of 2 cores, not of a quiet machine.",
+        "end. The job shares the cores with the broker and the producer JVM (and with whatever else the load "
+        "average shows).",
         f"Workload: {args.partitions:,} partitions ({args.partitions // PER_TOPIC} topics x {PER_TOPIC}) x RF 3, "
         f"one sample per partition per cycle (leader LEO +100 per cycle, followers a few behind, HW = min ISR "
         f"LEO, lineage in 1 sample of 12, {args.churn}/1000 of the partitions per cycle with a shrunk ISR: "

@@ -175,6 +175,27 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
+class BucketTable:
+    """A bucket's partition table in the state store: one pickled value.
+
+    A list state of one row, not a value state: a list state's put travels to the JVM as Arrow, read in full,
+    while a value state's update travels in one protobuf message that Spark 4.0.0 reads with InputStream.read,
+    which returns early on a large one (SPARK-53870, fixed in 4.0.2): a bucket of a thousand partitions (300k
+    partitions in 256 buckets) failed the query with "invalid pickle opcode: 0"."""
+
+    def __init__(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getListState("partitions", STATE_SCHEMA)
+
+    def load(self) -> Table:
+        if not self.state.exists():
+            return {}
+        rows = list(self.state.get())
+        return pickle.loads(rows[0][0]) if rows and rows[0][0] is not None else {}
+
+    def save(self, table: Table) -> None:
+        self.state.put([(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),)])
+
+
 class ReplicationProcessor(StatefulProcessor):
     """transformWithStateInPandas processor over state buckets."""
 
@@ -184,20 +205,13 @@ class ReplicationProcessor(StatefulProcessor):
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
-        # A list state of one row, not a value state: a list state's put travels to the JVM as Arrow, read in
-        # full, while a value state's update travels in one protobuf message that Spark 4.0.0 reads with
-        # InputStream.read, which returns early on a large one (SPARK-53870, fixed in 4.0.2): a bucket of a
-        # thousand partitions (300k partitions in 256 buckets) failed the query with "invalid pickle opcode: 0".
-        self.state = handle.getListState("partitions", STATE_SCHEMA)
+        self.table = BucketTable(handle)
 
     def _load(self) -> Table:
-        if not self.state.exists():
-            return {}
-        rows = list(self.state.get())
-        return pickle.loads(rows[0][0]) if rows and rows[0][0] is not None else {}
+        return self.table.load()
 
     def _save(self, table: Table) -> None:
-        self.state.put([(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),)])
+        self.table.save(table)
 
     def _ensure_timer(self, now_ms: int) -> None:
         if not list(self.handle.listTimers()):
