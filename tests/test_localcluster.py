@@ -220,3 +220,14 @@ def test_topic_defaults_apply_to_topics_created_without_settings(healthy_cluster
     assert len(view.replicas) == int(BROKER_DEFAULTS["default.replication.factor"]) == 3
     effective = kafka_view.topic_config(topic_name)["min.insync.replicas"]
     assert effective == BROKER_DEFAULTS["min.insync.replicas"] == "2"
+
+
+def test_cluster_ids_never_start_with_a_dash() -> None:
+    """kafka-storage.sh format -t <id> reads an id starting with '-' as an option (a random id does so once in
+    64): like Kafka's Uuid.randomUuid(), such an id is drawn again."""
+    from replmon.localcluster.cluster import new_cluster_id
+
+    draws = iter([b"\xf8" + bytes(15), b"\x01" * 16])  # the first encodes to '-AAAA...'
+    cluster_id = new_cluster_id(lambda: next(draws))
+    assert cluster_id == "AQEBAQEBAQEBAQEBAQEBAQ"
+    assert all(not new_cluster_id().startswith("-") and len(new_cluster_id()) == 22 for _ in range(500))

@@ -112,9 +112,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def new_cluster_id() -> str:
-    """Kafka's cluster id format: a random UUID, URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """Kafka's cluster id format: a random UUID, URL-safe base64 without padding (22 characters). Like Kafka's
+    ``Uuid.randomUuid()``, never one that starts with '-': kafka-storage.sh would read it as an option (one
+    cluster start in 64 failed so)."""
+    while True:
+        text = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 def marker(cluster_dir: Path) -> str:
