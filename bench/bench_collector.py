@@ -73,15 +73,15 @@ def measure(sampler: ClusterSampler, cycles: int) -> dict[str, float]:
         cycle = next(s for s in result.samples if isinstance(s, CycleSample))
         requests.append(cycle.requests)
     return {"median_s": statistics.median(walls), "max_s": max(walls), "requests": statistics.median(requests),
-            "partitions": cycle.partitions}
+            "partitions": cycle.partitions, "load_1m": os.getloadavg()[0]}
 
 
 def write_doc(command: str, brokers: int, rows: list[tuple[int, dict[str, float]]], note: str) -> None:
-    table = ["| partitions | replicas | steady cycle, median | max | requests per cycle |",
-             "|---:|---:|---:|---:|---:|"]
+    table = ["| partitions | replicas | steady cycle, median | max | requests per cycle | load average (1 min) |",
+             "|---:|---:|---:|---:|---:|---:|"]
     for partitions, r in rows:
         table.append(f"| {partitions:,} | {3 * partitions:,} | {r['median_s']:.2f} s | {r['max_s']:.2f} s "
-                     f"| {r['requests']:.0f} |")
+                     f"| {r['requests']:.0f} | {r.get('load_1m', float('nan')):.1f} |")
     section = "\n".join([
         "## Collector", "",
         "Protocol sampler (`collectors/protocol`), one steady cycle against a local "
