@@ -26,9 +26,9 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from collectors.samples import (
-    CYCLE_SCHEMA,
     PARTITION_SCHEMA,
     REPLICA_SCHEMA,
+    SAMPLE_MODELS,
     CycleSample,
     PartitionSample,
     ReplicaSample,
@@ -42,10 +42,6 @@ from streaming.sinks import EventsPublisher, HistoryWriter
 
 log = logging.getLogger(__name__)
 
-PARTITION_STRUCT = schema.spark_schema(PartitionSample)
-REPLICA_STRUCT = schema.spark_schema(ReplicaSample)
-CYCLE_STRUCT = schema.spark_schema(CycleSample)
-KNOWN_SCHEMAS = (PARTITION_SCHEMA, REPLICA_SCHEMA, CYCLE_SCHEMA)
 
 
 def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
@@ -62,7 +58,7 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig) -> DataFrame:
     return reader.load()
 
 
-SAMPLE_STRUCT = schema.union_struct(PartitionSample, ReplicaSample, CycleSample)
+SAMPLE_STRUCT = schema.union_struct(*SAMPLE_MODELS.values())
 """Every field of the three sample models: any record is parsed once, whatever its kind."""
 TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
 """A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
@@ -72,8 +68,6 @@ CANONICAL_JSON = {"ignoreNullFields": "false"}
 """Spark's to_json written like the collectors' pydantic ``to_json``: every field, nulls included."""
 
 Model = type[PartitionSample] | type[ReplicaSample] | type[CycleSample]
-MODELS: dict[str, Model] = {PARTITION_SCHEMA: PartitionSample, REPLICA_SCHEMA: ReplicaSample,
-                            CYCLE_SCHEMA: CycleSample}
 
 
 def _violations(model: Model, parsed: Column, fields: Column | None) -> list[tuple[Column, str]]:
@@ -135,14 +129,14 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     rows = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
                       _once(F.from_json(value, SAMPLE_STRUCT)).alias("u"), F.is_valid_utf8(text).alias("utf8"))
     name = F.col("u")["schema"]
-    models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in MODELS.items()}
+    models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
     rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
     parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
 
     fast = F.col("utf8") & F.coalesce(*[
         F.when(name == s, _canonical(parsed[s], F.col("raw"))
                & schema.first_violation(_violations(m, parsed[s], None)).isNull())
-        for s, m in MODELS.items()], F.lit(False))
+        for s, m in SAMPLE_MODELS.items()], F.lit(False))
     rows = rows.select("*", _once(fast).alias("fast"))
     wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL)
     rows = rows.select("*", _once(F.when(~F.col("fast"), wrapped)).alias("wrapped"))
@@ -152,9 +146,9 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
         F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
         .when(~F.col("utf8"), F.lit(schema.INVALID_UTF8))
         .when(fields.isNull(), F.lit(schema.MALFORMED_JSON))
-        .when(slow_name.isNull() | ~slow_name.isin(*KNOWN_SCHEMAS), F.lit(schema.UNKNOWN_SCHEMA))
+        .when(slow_name.isNull() | ~slow_name.isin(*SAMPLE_MODELS), F.lit(schema.UNKNOWN_SCHEMA))
     )
-    for s, m in MODELS.items():
+    for s, m in SAMPLE_MODELS.items():
         slow = slow.when(slow_name == s, _first_violation(m, parsed[s], fields))
     reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))

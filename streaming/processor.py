@@ -207,12 +207,6 @@ class ReplicationProcessor(StatefulProcessor):
         self.handle = handle
         self.table = BucketTable(handle)
 
-    def _load(self) -> Table:
-        return self.table.load()
-
-    def _save(self, table: Table) -> None:
-        self.table.save(table)
-
     def _ensure_timer(self, now_ms: int) -> None:
         if not list(self.handle.listTimers()):
             self.handle.registerTimer(now_ms + self.timer_period_ms)
@@ -222,17 +216,17 @@ class ReplicationProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         chunks = list(rows)
         samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        table, out = process_bucket(self._load(), samples, self.cfg, now_ms)
-        self._save(table)
+        table, out = process_bucket(self.table.load(), samples, self.cfg, now_ms)
+        self.table.save(table)
         self._ensure_timer(now_ms)
         yield _frame(out)
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        table, out = expire_bucket(self._load(), self.cfg, now_ms)
+        table, out = expire_bucket(self.table.load(), self.cfg, now_ms)
         if out:
-            self._save(table)
+            self.table.save(table)
         self.handle.registerTimer(now_ms + self.timer_period_ms)
         yield _frame(out)
 

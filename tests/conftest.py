@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,8 +14,11 @@ import pytest
 # Tests never touch the user's own clusters or state; the Kafka jar cache stays shared (no re-download).
 os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test-state-"))
 
+from pyspark.sql import SparkSession
+
 from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer
+from streaming.session import ROCKSDB_PROVIDER
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import Pipeline, running_pipeline
 from tests.prometheus import Prometheus, running_prometheus
@@ -33,6 +37,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Tests that use the long-running pipeline (collector + Spark job) run last, so that it never loads the
     machine under the timing-sensitive cluster tests of the other modules."""
     items.sort(key=lambda item: "pipeline" in getattr(item, "fixturenames", ()))
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[SparkSession]:
+    """A local Spark session in the test process, for the job's Spark parts without Kafka (parsing, the state
+    store): one core, loopback only, the job's state store provider; stopped after the module, so that no JVM of
+    the test process outlives the tests that need it."""
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    session = (SparkSession.builder.master("local[1]").appName("replmon-tests")
+               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
+               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
+               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
+               .getOrCreate())
+    yield session
+    session.stop()
 
 
 @pytest.fixture(scope="session")

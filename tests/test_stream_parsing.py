@@ -4,12 +4,9 @@ pydantic models, and the quarantine reason of each kind of bad record."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
@@ -22,17 +19,6 @@ KAFKA_RECORD = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
     StructField("partition", IntegerType()), StructField("offset", LongType()),
 ])
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[1]").appName("replmon-test-parsing")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .getOrCreate())
-    yield session
-    session.stop()
 
 
 def partition_sample(**changes: Any) -> dict[str, Any]:
@@ -135,7 +121,8 @@ def canonical(sample: PartitionSample | ReplicaSample | CycleSample, **changes: 
 def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
-    from streaming.job import MODELS, SAMPLE_STRUCT, _as_model, _canonical
+    from collectors.samples import SAMPLE_MODELS
+    from streaming.job import SAMPLE_STRUCT, _as_model, _canonical
 
     replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",
                             topic="orders", partition=3, log_end_offset=100,
@@ -146,7 +133,7 @@ def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: Spar
                json.dumps(partition_sample()).encode()]  # the same partition sample, spaced: not canonical
     frame = spark.createDataFrame([(r.decode(),) for r in records], "raw string")
     u = F.from_json("raw", SAMPLE_STRUCT)
-    canon = [F.when(u["schema"] == s, _canonical(_as_model(u, m), F.col("raw"))) for s, m in MODELS.items()]
+    canon = [F.when(u["schema"] == s, _canonical(_as_model(u, m), F.col("raw"))) for s, m in SAMPLE_MODELS.items()]
     flags = [row[0] for row in frame.select(F.coalesce(*canon)).collect()]
     assert flags == [True, True, True, False]
 

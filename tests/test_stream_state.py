@@ -6,7 +6,6 @@ partitions, did.)"""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,6 @@ from pyspark.sql.streaming.stateful_processor import StatefulProcessor, Stateful
 from pyspark.sql.types import LongType, StructField, StructType
 
 from streaming.processor import BucketTable
-from streaming.session import ROCKSDB_PROVIDER
 from tests.kafka_view import wait_until
 
 pytestmark = [pytest.mark.spark]
@@ -47,18 +45,6 @@ class GrowingTable(StatefulProcessor):
 
     def close(self) -> None:
         pass
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    session = (SparkSession.builder.master("local[1]").appName("replmon-test-state")
-               .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
-               .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-               .getOrCreate())
-    yield session
-    session.stop()
 
 
 def test_a_bucket_table_of_megabytes_survives_each_micro_batch(spark: SparkSession, tmp_path: Any) -> None:
