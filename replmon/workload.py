@@ -56,6 +56,10 @@ class SequencedProducer:
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers, acks=acks, linger_ms=5, retries=2,
             request_timeout_ms=5000, delivery_timeout_ms=12000, max_block_ms=5000,
+            # A killed leader stays leader in the metadata until the controller fences it
+            # (broker.session.timeout.ms); kafka-python refreshes on the disconnect, may get that stale answer,
+            # and would not ask again for metadata.max.age.ms (5 min). Fault workloads must follow the election.
+            metadata_max_age_ms=1000, reconnect_backoff_max_ms=1000,
             client_id=f"replmon-workload-{topic}", **client,
         )
         self._thread = threading.Thread(target=self._loop, name=f"producer-{topic}", daemon=True)
