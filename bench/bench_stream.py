@@ -489,6 +489,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from pyspark.sql.streaming import StreamingQueryListener
 
     from streaming.job import RunningJob, kafka_source, parse_samples, start_job
+    from streaming.processor import PROCESSOR_INPUT
     from streaming.session import get_session
 
     results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
@@ -510,6 +511,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 stream=StreamConfig(trigger_interval_s=args.trigger, checkpoint_dir=work / phase / "checkpoint",
                                     history_dir=work / phase / "history", starting_offsets=starting,
                                     max_offsets_per_trigger=max_offsets, metrics_port=0,
+                                    state_buckets=args.state_buckets,
                                     spark_conf={"spark.ui.showConsoleProgress": "false"}))
 
         config = config_for("baseline", "earliest", args.backlog_batch)
@@ -580,7 +582,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["t0"] = time.time()
         parsed = parse_samples(kafka_source(spark, config), config.stream.state_buckets)
         valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
-        baseline = (valid.select("bucket", "kind", "p", "r", "sample_time_ms", "cycle").writeStream
+        baseline = (valid.select(*PROCESSOR_INPUT).writeStream
                     .queryName("bench-baseline").format("noop")
                     .option("checkpointLocation", str(work / "baseline" / "checkpoint"))
                     .trigger(processingTime=f"{args.trigger} seconds").start())
@@ -828,6 +830,8 @@ def main() -> int:
     parser.add_argument("--backlog-cycles", type=int, default=10)
     parser.add_argument("--heap-partitions", type=int, default=300_000)
     parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
+                        help="stream.state_buckets of the job")
     parser.add_argument("--churn", type=int, default=1, help="per mille of partitions with a shrunk ISR per cycle")
     parser.add_argument("--drain", type=float, default=30, help="seconds to wait for the job after the live phase")
     parser.add_argument("--phase-timeout", type=float, default=75,

@@ -37,7 +37,7 @@ from replmon.config import ReplmonConfig
 from streaming import schema
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
-from streaming.processor import KIND_EVENT, KIND_PARTITION, OUTPUT_SCHEMA, ReplicationProcessor
+from streaming.processor import KIND_EVENT, KIND_PARTITION, OUTPUT_SCHEMA, PROCESSOR_INPUT, ReplicationProcessor
 from streaming.sinks import EventsPublisher, HistoryWriter
 
 log = logging.getLogger(__name__)
@@ -98,11 +98,11 @@ def _as_model(sample: Column, model: Model) -> Column:
                       model.model_fields.items()])
 
 
-def _canonical(parsed: Column, raw: Column) -> Column:
-    """The record is exactly what the collectors write for ``parsed`` (pydantic ``to_json``: compact, every
-    field, nulls included): one JSON object, nothing after it, no field the model lacks, none missing. Such a
-    record needs no map parse: the checks on ``parsed`` alone give its reason."""
-    return F.to_json(parsed, CANONICAL_JSON) == raw
+def _canonical(written: Column, raw: Column) -> Column:
+    """The record is exactly what the collectors write (pydantic ``to_json``: compact, every field, nulls
+    included), ``written`` being its parse written back: one JSON object, nothing after it, no field the model
+    lacks, none missing. Such a record needs no map parse: the checks on the parse alone give its reason."""
+    return written == raw
 
 
 def _once(expression: Column) -> Column:
@@ -115,7 +115,9 @@ def _once(expression: Column) -> Column:
 
 def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
-    samples ``p``/``r``, the state ``bucket``, and what the quarantine needs (raw value, key, offset).
+    samples ``p``/``r`` and, as the processor takes it, ``sample``: that parse written back as the collectors
+    write it (compact JSON, nulls included; for a record written that way, the record itself), the state
+    ``bucket``, and what the quarantine needs (raw value, key, offset).
 
     Two paths, one verdict. Every record is parsed once (``SAMPLE_STRUCT``). A record written the way the
     collectors write (:func:`_canonical`) is judged by the checks on that parse alone; any other record (other
@@ -132,9 +134,12 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
     rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
     parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
+    rows = rows.select("*", *[_once(F.to_json(parsed[s], CANONICAL_JSON)).alias(f"j{i}")
+                              for i, s in enumerate(models)])
+    written = {s: F.col(f"j{i}") for i, s in enumerate(models)}
 
     fast = F.col("utf8") & F.coalesce(*[
-        F.when(name == s, _canonical(parsed[s], F.col("raw"))
+        F.when(name == s, _canonical(written[s], F.col("raw"))
                & schema.first_violation(_violations(m, parsed[s], None)).isNull())
         for s, m in SAMPLE_MODELS.items()], F.lit(False))
     rows = rows.select("*", _once(fast).alias("fast"))
@@ -160,7 +165,9 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
     return rows.select(
         "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
-        parsed[REPLICA_SCHEMA].alias("r"), reason.alias("reason"), kind.alias("kind"),
+        parsed[REPLICA_SCHEMA].alias("r"),
+        F.coalesce(written[PARTITION_SCHEMA], written[REPLICA_SCHEMA]).alias("sample"),
+        reason.alias("reason"), kind.alias("kind"),
         F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int").alias("bucket"),
         either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),
     )
@@ -292,7 +299,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     parsed = parse_samples(kafka_source(spark, config), stream.state_buckets)
     state_handler = StateBatchHandler(config, exporter, stats)
     valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
-    processed = (valid.select("bucket", "kind", "p", "r", "sample_time_ms", "cycle")
+    processed = (valid.select(*PROCESSOR_INPUT)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
                      stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime"))

@@ -1,22 +1,23 @@
 """The stateful heart of the job: samples of a state bucket in, events and per-partition metrics out.
 
 Partitions are hashed into ``stream.state_buckets`` buckets; each bucket keeps ONE state value, the pickled map
-``(cluster, topic, partition) -> PartitionState`` of its few hundred partitions. Per-key state calls from Python
-cost ~1 ms each, so a key per partition would cap the job at a few thousand samples per second; a bucket costs
-one read and one write per micro-batch whatever its size. The detection itself is :mod:`streaming.detect`
-(pure, tested without Spark); this module only moves rows in and out of it.
+``(cluster, topic, partition) -> PartitionState`` of its partitions. Per-key state calls from Python cost ~1
+ms each, so a key per partition would cap the job at a few thousand samples per second; a bucket costs one read
+and one write per micro-batch whatever its size (with the rest of a bucket call, ~9 ms: hence few buckets).
+The detection itself is :mod:`streaming.detect` (pure, tested without Spark); this module only moves rows in
+and out of it.
 
 A processing-time timer per bucket fires every ``stale_after`` / 2 to find partitions that went silent.
 """
 
 from __future__ import annotations
 
+import json
 import pickle
 from collections.abc import Iterator
 from typing import Any
 
 import pandas as pd
-from pydantic import BaseModel
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -34,10 +35,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from collectors.samples import EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample
 from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
 from streaming.events import Event
-from streaming.schema import json_name, unwrap
 from streaming.state import PartitionState
 
 PartitionKey = tuple[str, str, int]
@@ -101,53 +100,34 @@ def partition_row(m: PartitionMetrics, st: PartitionState) -> dict[str, Any]:
     }
 
 
-def _int_fields(model: type[BaseModel]) -> tuple[str, ...]:
-    return tuple(json_name(n, f) for n, f in model.model_fields.items() if unwrap(f.annotation)[0] is int)
-
-
-_PARTITION_INTS = _int_fields(PartitionSample)
-_REPLICA_INTS = _int_fields(ReplicaSample)
-_NESTED_INTS = {"replica_offsets": _int_fields(ReplicaOffsets), "epoch_lineage": _int_fields(EpochEntry)}
-
-
-def as_ints(sample: dict[str, Any], fields: tuple[str, ...]) -> dict[str, Any]:
-    """Integer fields back to ``int`` (pandas hands nullable integers over as floats, NaN for null)."""
-    for key in fields:
-        value = sample.get(key)
-        if isinstance(value, float):
-            sample[key] = None if value != value else int(value)
-    for key, inner in _NESTED_INTS.items():
-        entries = sample.get(key)
-        if entries is not None:
-            sample[key] = [as_ints(dict(e), inner) for e in entries]
-    return sample
+PROCESSOR_INPUT = ("bucket", "kind", "sample", "sample_time_ms", "cycle")
+"""The processor's input columns (of :func:`streaming.job.parse_samples`): the samples travel as the JSON the
+collectors write, which ``json.loads`` turns into the dicts :mod:`streaming.detect` takes, integers as integers.
+(A nested struct column arrives through pandas with every nullable integer a float and every list a numpy array:
+the conversion back cost more than the detection.)"""
 
 
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
-    ``kind`` ('p' partition sample, 'r' replica sample), ``p`` and ``r`` (the samples as dicts),
-    ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: every event, and the newest
-    metrics of each partition that got a partition sample."""
+    ``kind`` ('p' partition sample, 'r' replica sample), ``sample`` (its JSON), ``sample_time_ms`` and
+    ``cycle``. Returns the new table and the output rows: every event, and the newest metrics of each partition
+    that got a partition sample."""
     ordered = samples.sort_values(["sample_time_ms", "cycle"], kind="stable")
     rows: list[dict[str, Any]] = []
-    touched: set[PartitionKey] = set()
+    newest: dict[PartitionKey, PartitionMetrics] = {}
     table = dict(table)
-    for kind, p, r in zip(ordered["kind"].tolist(), ordered["p"].tolist(), ordered["r"].tolist(), strict=True):
+    loads = json.loads
+    for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
+        s = loads(text)
+        key = (s["cluster"], s["topic"], s["partition"])
         if kind == "p":
-            p = as_ints(p, _PARTITION_INTS)
-            key = (p["cluster"], p["topic"], int(p["partition"]))
-            state, events, _ = step_dict(table.get(key), p, cfg, now_ms)
-            touched.add(key)
-        else:
-            r = as_ints(r, _REPLICA_INTS)
-            key = (r["cluster"], r["topic"], int(r["partition"]))
-            state, events = step_replica(table.get(key), r, cfg, now_ms)
+            state, events, newest[key] = step_dict(table.get(key), s, cfg, now_ms)
+        else:  # a replica sample changes nothing the metrics show
+            state, events = step_replica(table.get(key), s, cfg, now_ms)
         table[key] = state
         rows.extend(event_row(e) for e in events)
-    for key in touched:
-        state = table[key]
-        rows.append(partition_row(metrics_of(state), state))
+    rows.extend(partition_row(metrics, table[key]) for key, metrics in newest.items())
     return table, rows
 
 

@@ -59,6 +59,9 @@ def test_valid_samples_pass_with_their_values(spark: SparkSession) -> None:
     assert p["high_watermark"] == 100 and p["isr"] == [1, 2]
     assert p["replica_offsets"][0] == {"broker_id": 1, "log_end_offset": 105, "error": None, "error_detail": None}
     assert out[1]["r"]["log_end_offset"] == 100
+    # what the processor takes: the parse written back as the collectors write it, whatever the record's spacing
+    assert out[0]["sample"] == to_json(PartitionSample.model_validate(partition_sample())).decode()
+    assert out[1]["sample"] == to_json(replica).decode()
     # both samples of partition orders-3 land in the same state bucket
     assert out[0]["bucket"] == out[1]["bucket"]
 
@@ -122,7 +125,7 @@ def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: Spar
     from pyspark.sql import functions as F
 
     from collectors.samples import SAMPLE_MODELS
-    from streaming.job import SAMPLE_STRUCT, _as_model, _canonical
+    from streaming.job import CANONICAL_JSON, SAMPLE_STRUCT, _as_model, _canonical
 
     replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",
                             topic="orders", partition=3, log_end_offset=100,
@@ -133,7 +136,8 @@ def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: Spar
                json.dumps(partition_sample()).encode()]  # the same partition sample, spaced: not canonical
     frame = spark.createDataFrame([(r.decode(),) for r in records], "raw string")
     u = F.from_json("raw", SAMPLE_STRUCT)
-    canon = [F.when(u["schema"] == s, _canonical(_as_model(u, m), F.col("raw"))) for s, m in SAMPLE_MODELS.items()]
+    canon = [F.when(u["schema"] == s, _canonical(F.to_json(_as_model(u, m), CANONICAL_JSON), F.col("raw")))
+             for s, m in SAMPLE_MODELS.items()]
     flags = [row[0] for row in frame.select(F.coalesce(*canon)).collect()]
     assert flags == [True, True, True, False]
 

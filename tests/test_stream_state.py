@@ -21,9 +21,9 @@ from tests.kafka_view import wait_until
 
 pytestmark = [pytest.mark.spark]
 
-ENTRY_BYTES = 700_000
+ENTRY_BYTES = 2_000_000
 """What each micro-batch adds to the bucket's table: incompressible bytes, so that the pickled table grows by
-as much (300k partitions in 256 buckets make ~1 MB tables)."""
+as much (300k partitions in the default 32 buckets make ~8 MB tables)."""
 OUTPUT = StructType([StructField("entries_before", LongType()), StructField("table_bytes", LongType())])
 
 
@@ -62,5 +62,5 @@ def test_a_bucket_table_of_megabytes_survives_each_micro_batch(spark: SparkSessi
     finally:
         query.stop()
     seen = batches()[:5]
-    # each batch found every entry the batches before it saved: up to a table of 3.5 MB, read back whole
+    # each batch found every entry the batches before it saved: up to a table of 10 MB, read back whole
     assert seen == [(n, (n + 1) * ENTRY_BYTES) for n in range(5)]
