@@ -60,14 +60,9 @@ def aggregate_families(table: pd.DataFrame) -> list[Metric]:
                                                                   ("cluster", "broker")) and s.type == "gauge"}
     if table.empty:
         return list(fams.values())
-    flags = table.assign(
-        under_replicated=table["under_replicated"].fillna(False).astype(int),
-        under_min_isr=table["under_min_isr"].fillna(False).astype(int),
-        at_min_isr=table["at_min_isr"].fillna(False).astype(int),
-        offline=table["offline"].fillna(False).astype(int),
-        hw_stalled=table["hw_stalled"].fillna(False).astype(int),
-        stale=table["stale"].fillna(False).astype(int),
-    )
+    # True -> 1; False and unknown (None) -> 0 (fillna on an object column warns on every batch: pandas 2.2)
+    flags = table.assign(**{flag: table[flag].eq(True).astype(int) for flag in
+                            ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale")})
     by_cluster = flags.groupby("cluster").agg(
         partitions=("partition", "size"), under_replicated=("under_replicated", "sum"),
         under_min_isr=("under_min_isr", "sum"), at_min_isr=("at_min_isr", "sum"), offline=("offline", "sum"),
