@@ -495,11 +495,9 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from pyspark.sql import functions as F
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from streaming.job import RunningJob, kafka_source, parse_samples, start_job
-    from streaming.processor import PROCESSOR_INPUT
+    from streaming.job import RunningJob, kafka_source, parse_samples, processor_input, start_job
     from streaming.session import get_session
 
     results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
@@ -591,8 +589,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         # 2. baseline
         results["t0"] = time.time()
         parsed = parse_samples(kafka_source(spark, config), config.stream.state_buckets)
-        valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
-        baseline = (valid.select(*PROCESSOR_INPUT).writeStream
+        baseline = (processor_input(parsed).writeStream
                     .queryName("bench-baseline").format("noop")
                     .option("checkpointLocation", str(work / "baseline" / "checkpoint"))
                     .trigger(processingTime=f"{args.trigger} seconds").start())

@@ -173,6 +173,11 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     )
 
 
+def processor_input(parsed: DataFrame) -> DataFrame:
+    """The valid partition and replica samples of :func:`parse_samples`, in the processor's columns."""
+    return parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r")).select(*PROCESSOR_INPUT)
+
+
 @dataclass
 class JobStats:
     """What the driver saw, for tests and benchmarks."""
@@ -298,8 +303,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     spark.streams.addListener(ProgressListener(exporter))
     parsed = parse_samples(kafka_source(spark, config), stream.state_buckets)
     state_handler = StateBatchHandler(config, exporter, stats)
-    valid = parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r"))
-    processed = (valid.select(*PROCESSOR_INPUT)
+    processed = (processor_input(parsed)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
                      stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime"))
