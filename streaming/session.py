@@ -60,6 +60,9 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
         "spark.python.worker.reuse": "true",
+        # PySpark's DataFrame debugging records the Python call site of every Column function in the JVM: 5 Py4J
+        # round trips per call, ~2,900 calls when parse_samples builds its checks (several seconds at each start)
+        "spark.python.sql.dataFrameDebugging.enabled": "false",
         # the Kafka source's options carry the SASL JAAS config (with its password): Spark masks settings and
         # data source options whose key or value matches these wherever it shows them (logs, plans, UI)
         "spark.redaction.regex": REDACTION_REGEX,

@@ -2,7 +2,8 @@
 event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
 content, and the gauges end where that run ends. The code of bench/reliability.py (20 cycles, its figures in
 docs/reliability.md), here for 2 kills on the suite's pipeline: one while the job processes, under broker
-faults, one during its start-up."""
+faults, one during its start-up. A broker fault is caused and healed while the job is down: the events it gives
+must come from the samples the job reads after its restart."""
 
 from __future__ import annotations
 
@@ -64,6 +65,8 @@ def test_killed_job_loses_duplicates_and_corrupts_nothing(
     try:
         wait_until(lambda: sum(load.faults.values()) >= 1, 120, "a first broker fault")
         job.kill()  # while processing, under load
+        down_at = sum(load.faults.values())
+        wait_until(lambda: sum(load.faults.values()) > down_at, 120, "a broker fault while the job is down")
         cycles = kill_cycles(job, 1, rng, job.batches, plan=[True])  # then during start-up; restarted after
     finally:
         load.close()

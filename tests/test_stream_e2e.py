@@ -5,8 +5,8 @@ query answered from this live Prometheus. Expected values come from Kafka's own 
 the sequenced producer and consumer, never from replmon.
 
 The tests run in file order: the dashboard check relies on the scenarios before it (an unclean election with
-committed data lost, a divergent lineage) having put data into Prometheus, and comes before the job is killed
-(a restarted job starts its counters afresh).
+committed data lost, a divergent lineage) having put data into Prometheus. The job killed and restarted from its
+checkpoint, with a broker fault while it is down, is tests/test_job_restarts.py.
 """
 
 from __future__ import annotations
@@ -228,30 +228,6 @@ def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: 
     except AssertionError:
         pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
     assert "replmon_committed_messages_lost_total" not in absent
-
-
-def test_job_killed_mid_stream_loses_and_duplicates_no_event(
-    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
-    producer_factory: Callable[..., SequencedProducer],
-) -> None:
-    kafka_view.create_topic(e2e_topic, assignment={0: [3, 1, 2]})
-    producer_factory(e2e_topic).wait_acknowledged(20)
-    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
-               DEADLINE_S, "the ISR-size gauge at 3")
-
-    pipeline.kill_job()  # SIGKILL: no chance to finish its batch or commit
-    healthy_cluster.stop(2)  # happens while the job is down
-    wait_until(lambda: 2 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
-    pipeline.start_job()
-    shrink = pipeline.wait_event("ISR_SHRINK after restart", of(e2e_topic, "ISR_SHRINK"))
-    assert shrink["brokers"] == [2]
-    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 2,
-               DEADLINE_S, "the gauge right after the restart")
-    healthy_cluster.start(2)
-    pipeline.wait_event("ISR_EXPAND after restart", of(e2e_topic, "ISR_EXPAND"))
-
-    ids = [e["event_id"] for e in pipeline.events()]
-    assert len(ids) == len(set(ids)), "an event id appears twice in the events topic"
 
 
 def test_bad_samples_are_quarantined_and_the_job_goes_on(
