@@ -35,6 +35,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from replmon.gcpause import paused as gc_paused
 from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
 from streaming.events import Event
 from streaming.state import PartitionState
@@ -194,21 +195,25 @@ class ReplicationProcessor(StatefulProcessor):
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        chunks = list(rows)
-        samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-        table, out = process_bucket(self.table.load(), samples, self.cfg, now_ms)
-        self.table.save(table)
-        self._ensure_timer(now_ms)
-        yield _frame(out)
+        with gc_paused():  # a bucket's table is thousands of dicts, unpickled and pickled: see replmon.gcpause
+            chunks = list(rows)
+            samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+            table, out = process_bucket(self.table.load(), samples, self.cfg, now_ms)
+            self.table.save(table)
+            self._ensure_timer(now_ms)
+            frame = _frame(out)
+        yield frame
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()
-        table, out = expire_bucket(self.table.load(), self.cfg, now_ms)
-        if out:
-            self.table.save(table)
-        self.handle.registerTimer(now_ms + self.timer_period_ms)
-        yield _frame(out)
+        with gc_paused():
+            table, out = expire_bucket(self.table.load(), self.cfg, now_ms)
+            if out:
+                self.table.save(table)
+            self.handle.registerTimer(now_ms + self.timer_period_ms)
+            frame = _frame(out)
+        yield frame
 
     def close(self) -> None:
         pass

@@ -231,3 +231,21 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
     cluster_id = new_cluster_id(lambda: next(draws))
     assert cluster_id == "AQEBAQEBAQEBAQEBAQEBAQ"
     assert all(not new_cluster_id().startswith("-") and len(new_cluster_id()) == 22 for _ in range(500))
+
+
+def test_broker_jvm_options_follow_the_defaults_and_reach_only_the_brokers(tmp_path: Path) -> None:
+    """HotSpot takes the last of repeated options: the spec's come after the defaults, so they win."""
+    from replmon.localcluster.cluster import ClusterSpec, NodeRole, NodeSpec
+    from replmon.localcluster.properties import BROKER_HEAP, CONTROLLER_HEAP
+
+    nodes = [NodeSpec(node_id=0, role=NodeRole.CONTROLLER, port=9000, dir=tmp_path / "controller"),
+             NodeSpec(node_id=1, role=NodeRole.BROKER, port=9001, dir=tmp_path / "broker-1")]
+    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version="4.3.1", nodes=nodes,
+                       broker_jvm_options=["-Xmx1g", "-XX:TieredStopAtLevel=4"])
+    cluster = LocalCluster(ClusterSpec.model_validate_json(spec.model_dump_json()))  # as cluster.json keeps it
+    broker = cluster.node_command(nodes[1], "java", tmp_path)
+    controller = cluster.node_command(nodes[0], "java", tmp_path)
+    assert broker.index("-Xmx1g") > broker.index(f"-Xmx{BROKER_HEAP}")
+    assert broker.index("-XX:TieredStopAtLevel=4") > broker.index("-XX:TieredStopAtLevel=1")
+    assert broker[-2:] == ["kafka.Kafka", str(nodes[1].config_file)]
+    assert f"-Xmx{CONTROLLER_HEAP}" in controller and "-Xmx1g" not in controller

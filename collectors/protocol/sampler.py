@@ -29,6 +29,7 @@ from collectors.protocol.topics import TopicSelector
 from collectors.samples import CycleSample, EpochEntry, Sample
 from replmon.config import ClusterConfig, CollectorConfig
 from replmon.errors import ReplmonError
+from replmon.gcpause import paused as gc_paused
 from replmon.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,10 @@ class ClusterSampler:
     def cycle(self) -> CycleResult:
         """Sample every watched partition once. Raises ReplmonError when the cluster cannot be reached at all
         (bootstrap or metadata); a broker that does not answer only marks its replicas."""
+        with gc_paused():  # the cycle builds objects by the hundred thousand: see replmon.gcpause
+            return self._cycle()
+
+    def _cycle(self) -> CycleResult:
         started = time.monotonic()
         sample_time_ms = int(time.time() * 1000)
         cycle_no = self.cycle_no

@@ -19,7 +19,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -75,6 +75,9 @@ class ClusterSpec(BaseModel):
     kafka_version: str
     nodes: list[NodeSpec]
     broker_overrides: dict[str, str] = {}
+    broker_jvm_options: list[str] = []
+    """JVM options of the brokers after the defaults (:func:`.properties.jvm_options`), which they override:
+    the collector's benchmark runs its brokers with a larger heap and the full JIT."""
     security: LocalSecurity | None = None
     """Set for a cluster started with ``--secure`` (SASL_SSL, SCRAM-SHA-512, ACLs): :mod:`.secure`."""
 
@@ -203,6 +206,7 @@ class LocalCluster:
         on_progress: Callable[[str], None] = lambda _msg: None,
         remember: bool = True,
         secure: bool = False,
+        broker_jvm_options: Sequence[str] = (),
     ) -> LocalCluster:
         """Start the cluster in ``cluster_dir`` (created and formatted on first use) and wait until every
         broker is registered and unfenced. On any failure nothing of it is left running. ``secure`` creates
@@ -233,6 +237,7 @@ class LocalCluster:
                 cluster._write_configs()
         else:
             cluster = cls._create(cdir, brokers, dict(overrides or {}), die_with_parent, secure)
+            cluster.spec.broker_jvm_options = list(broker_jvm_options)
             on_progress(f"formatting storage of {len(cluster.spec.nodes)} nodes in {cdir}")
             cluster._format(java, libs)
         try:
@@ -299,8 +304,9 @@ class LocalCluster:
                 secure.write_secret(node.config_file, properties.render(props))
         self._save()
 
-    def _java_cmd(self, java: str, libs: Path, heap: str, main: str, *args: str) -> list[str]:
-        return [java, *properties.jvm_options(heap), marker(self.spec.dir),
+    def _java_cmd(self, java: str, libs: Path, heap: str, main: str, *args: str,
+                  extra: Sequence[str] = ()) -> list[str]:
+        return [java, *properties.jvm_options(heap), *extra, marker(self.spec.dir),
                 f"-Dlog4j2.configurationFile={self.spec.dir / 'log4j2.properties'}",
                 "-cp", f"{libs}/*", main, *args]
 
@@ -322,9 +328,14 @@ class LocalCluster:
         if failed:
             raise ReplmonError("formatting the storage failed: " + "; ".join(failed))
 
-    def _start_node(self, node: NodeSpec, java: str, libs: Path) -> None:
+    def node_command(self, node: NodeSpec, java: str, libs: Path) -> list[str]:
+        """The command line that runs ``node``."""
         heap = properties.CONTROLLER_HEAP if node.role == NodeRole.CONTROLLER else properties.BROKER_HEAP
-        cmd = self._java_cmd(java, libs, heap, "kafka.Kafka", str(node.config_file))
+        extra = self.spec.broker_jvm_options if node.role == NodeRole.BROKER else ()
+        return self._java_cmd(java, libs, heap, "kafka.Kafka", str(node.config_file), extra=extra)
+
+    def _start_node(self, node: NodeSpec, java: str, libs: Path) -> None:
+        cmd = self.node_command(node, java, libs)
         with node.log_file.open("a") as log:
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=node.dir,
