@@ -244,7 +244,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
     place of the originals in streaming.job (the processor subclass travels to the Python workers by value)."""
     import streaming.job as job_module
     from streaming.exporter import JobExporter
-    from streaming.processor import ReplicationProcessor, _frame, process_bucket
+    from streaming.processor import ReplicationProcessor
 
     class BenchExporter(JobExporter):
         def update_partitions(self, rows: pd.DataFrame) -> None:
@@ -304,29 +304,20 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             prof = getattr(TimedProcessor, "_prof", None)
             if prof is not None:
                 prof.enable()
+            marks: dict[str, tuple[float, int]] = {}
             t0 = time.perf_counter()
-            now_ms = timerValues.getCurrentProcessingTimeInMs()
-            chunks = list(rows)
-            samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-            t1 = time.perf_counter()
-            table = self.table.load()
-            t2 = time.perf_counter()
-            table, out = process_bucket(table, samples, self.cfg, now_ms)
-            t3 = time.perf_counter()
-            self.table.save(table)
-            self._ensure_timer(now_ms)
-            t4 = time.perf_counter()
-            frame = _frame(out)
-            t5 = time.perf_counter()
+            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(),
+                                      lambda name, count: marks.__setitem__(name, (time.perf_counter(), count)))
+            starts = [t0, *(t for t, _ in marks.values())]  # each step starts where the one before ended
+            spent = {name: t - start for (name, (t, _)), start in zip(marks.items(), starts, strict=False)}
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
                 if TimedProcessor._calls % 64 == 0:  # type: ignore[attr-defined]
                     prof.dump_stats(f"{self.out_dir}/prof-{os.getpid()}.pstats")
             with open(f"{self.out_dir}/worker-{os.getpid()}.jsonl", "a") as f:
-                f.write(json.dumps({"t": time.time(), "rows_in": len(samples), "rows_out": len(out),
-                                    "partitions": len(table), "input": t1 - t0, "load": t2 - t1,
-                                    "process": t3 - t2, "save": t4 - t3, "frame": t5 - t4}) + "\n")
+                f.write(json.dumps({"t": time.time(), "rows_in": marks["input"][1], "rows_out": marks["process"][1],
+                                    "partitions": marks["save"][1], **spent}) + "\n")
             yield frame
 
     job_module.StateBatchHandler = TimedHandler  # type: ignore[misc]

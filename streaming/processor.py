@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pandas as pd
@@ -156,6 +156,9 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
+Step = Callable[[str, int], None]
+
+
 class BucketTable:
     """A bucket's partition table in the state store: one pickled value.
 
@@ -194,15 +197,27 @@ class ReplicationProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        now_ms = timerValues.getCurrentProcessingTimeInMs()
+        yield self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs())
+
+    def process_rows(self, rows: Iterator[pd.DataFrame], now_ms: int, step: Step = lambda _name, _count: None
+                     ) -> pd.DataFrame:
+        """One bucket's samples of a micro-batch through its table; ``step(name, count)`` is called after each
+        step (input: samples, load: partitions, process: outputs, save: partitions, frame: rows), for the
+        benchmark's timings."""
         with gc_paused():  # a bucket's table is thousands of dicts, unpickled and pickled: see replmon.gcpause
             chunks = list(rows)
             samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
-            table, out = process_bucket(self.table.load(), samples, self.cfg, now_ms)
+            step("input", len(samples))
+            table = self.table.load()
+            step("load", len(table))
+            table, out = process_bucket(table, samples, self.cfg, now_ms)
+            step("process", len(out))
             self.table.save(table)
             self._ensure_timer(now_ms)
+            step("save", len(table))
             frame = _frame(out)
-        yield frame
+            step("frame", len(frame))
+        return frame
 
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
