@@ -19,7 +19,6 @@ import argparse
 import contextlib
 import os
 import platform
-import re
 import shlex
 import statistics
 import sys
@@ -31,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.docsection import write_section  # noqa: E402
 from collectors.protocol.sampler import ClusterSampler  # noqa: E402
 from collectors.samples import CycleSample, PartitionSample  # noqa: E402
 from replmon.config import ClusterConfig, CollectorConfig, TopicFilter  # noqa: E402
@@ -136,13 +136,7 @@ def write_doc(command: str, brokers: int, rows: list[Row], note: str) -> None:
         "sampler's CPU time per cycle (its process, all threads: request encoding, the network thread's decoding "
         "of the answers, the samples built) is the figure the brokers cannot inflate.", "",
         "```", command, "```", "", *table, "", *([BROKERS_NOTE] if brokers > 3 else []), note, ""])
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if "## Collector" in text:
-        text = re.sub(r"## Collector\n.*?(?=\n## |\Z)", section.rstrip() + "\n", text, flags=re.S)
-    else:
-        text = text.rstrip() + "\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    write_section(DOC, "Collector", section)
 
 
 def main() -> int:

@@ -34,7 +34,6 @@ import itertools
 import json
 import os
 import platform
-import re
 import shlex
 import subprocess
 import sys
@@ -52,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from bench.docsection import write_section  # noqa: E402
 from collectors.samples import PartitionSample, ReplicaOffsets, parse_sample, to_json  # noqa: E402
 from replmon.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
 from replmon.kafka_topics import ensure_topic  # noqa: E402
@@ -472,14 +472,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
         "of `bench/bench_stream.py` for the phases.", "",
         "```", command, "```", "", *lines, "", *(line for note in notes for line in (note, "")),
         "![streaming benchmark](bench_stream.png)", ""])
-    text = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    old = re.search(r"## Streaming job\n.*?(?=\n## |\Z)", text, flags=re.S)
-    analysis = re.search(r"\n### Analysis\n.*", old.group(0), flags=re.S) if old else None
-    if analysis:  # written by hand from the profile: kept across runs
-        section = section.rstrip() + "\n" + analysis.group(0)
-    joined = text[:old.start()] + section.rstrip() + "\n" + text[old.end():] if old else \
-        text.rstrip() + "\n\n" + section
-    DOC.write_text(joined)
+    write_section(DOC, "Streaming job", section)
 
 
 # ---------------------------------------------------------------- the run
