@@ -304,20 +304,24 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             prof = getattr(TimedProcessor, "_prof", None)
             if prof is not None:
                 prof.enable()
-            marks: dict[str, tuple[float, int]] = {}
-            t0 = time.perf_counter()
-            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(),
-                                      lambda name, count: marks.__setitem__(name, (time.perf_counter(), count)))
-            starts = [t0, *(t for t, _ in marks.values())]  # each step starts where the one before ended
-            spent = {name: t - start for (name, (t, _)), start in zip(marks.items(), starts, strict=False)}
+            spent: dict[str, float] = {}
+            counts: dict[str, int] = {}
+            last = time.perf_counter()
+
+            def step(name: str, count: int) -> None:  # each step starts where the one before ended
+                nonlocal last
+                now = time.perf_counter()
+                spent[name], counts[name], last = now - last, count, now
+
+            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), step)
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
                 if TimedProcessor._calls % 64 == 0:  # type: ignore[attr-defined]
                     prof.dump_stats(f"{self.out_dir}/prof-{os.getpid()}.pstats")
             with open(f"{self.out_dir}/worker-{os.getpid()}.jsonl", "a") as f:
-                f.write(json.dumps({"t": time.time(), "rows_in": marks["input"][1], "rows_out": marks["process"][1],
-                                    "partitions": marks["save"][1], **spent}) + "\n")
+                f.write(json.dumps({"t": time.time(), "rows_in": counts["input"], "rows_out": counts["process"],
+                                    "partitions": counts["save"], **spent}) + "\n")
             yield frame
 
     job_module.StateBatchHandler = TimedHandler  # type: ignore[misc]
