@@ -21,6 +21,17 @@ REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas"
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
+PYTHON_CONF = {
+    "spark.python.worker.reuse": "true",
+    # pyspark.daemon without imports from zip archives: streaming/worker_daemon.py (0.3-0.5 s of CPU per task)
+    "spark.python.daemon.module": "streaming.worker_daemon",
+    # PySpark's DataFrame debugging records the Python call site of every Column function in the JVM: 5 Py4J
+    # round trips per call, ~2,900 calls when parse_samples builds its checks (several seconds at each start)
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+}
+"""How the session runs Python, in the driver and in the workers (also the tests' own sessions)."""
+
+
 def connector_jars(jars_dir: Path) -> list[str]:
     """The jars of an air-gapped site's connector directory (spark-sql-kafka-0-10 and its dependencies)."""
     jars = sorted(str(p) for p in Path(jars_dir).expanduser().glob("*.jar"))
@@ -59,10 +70,7 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
-        "spark.python.worker.reuse": "true",
-        # PySpark's DataFrame debugging records the Python call site of every Column function in the JVM: 5 Py4J
-        # round trips per call, ~2,900 calls when parse_samples builds its checks (several seconds at each start)
-        "spark.python.sql.dataFrameDebugging.enabled": "false",
+        **PYTHON_CONF,
         # the Kafka source's options carry the SASL JAAS config (with its password): Spark masks settings and
         # data source options whose key or value matches these wherever it shows them (logs, plans, UI)
         "spark.redaction.regex": REDACTION_REGEX,
