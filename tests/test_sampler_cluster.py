@@ -11,9 +11,11 @@ from typing import Any
 
 import pytest
 import yaml
+from kafka import TopicPartition
 from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest
 from kafka.protocol.parser import KafkaProtocol
 
+from collectors.protocol import requests as rq
 from collectors.protocol.sampler import ClusterSampler
 from collectors.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
 from replmon.config import ClusterConfig, CollectorConfig, TopicFilter
@@ -173,6 +175,40 @@ def test_leader_kill_raises_the_epoch_and_extends_the_lineage(
     assert newest.start_offset == first.high_watermark  # the new epoch starts where the old leader's log ended
     assert replica_error(new, 1) == ReplicaError.UNREACHABLE
     assert s.last_cycle is not None and 1 in s.last_cycle.unreachable_brokers
+
+
+def test_a_leader_moved_between_cycles_is_read_from_the_new_leader_in_the_next_cycle(
+        healthy_cluster: LocalCluster, view: KafkaView, topic_name: str,
+        producer_factory: Callable[..., SequencedProducer], sampling: Callable[..., Sampling]) -> None:
+    """A cycle asks the offsets of the previous cycle's leaders before it reads the metadata. Here leadership
+    moves in between (a reassignment and a preferred leader election) while the old leader stays up and answers
+    NOT_LEADER_OR_FOLLOWER: the same cycle asks the new leader, and the sample holds its offsets, no error."""
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    s = sampling([topic_name])
+    producer = producer_factory(topic_name, acks="all")
+    producer.wait_acknowledged(20)
+    producer.pause()
+    before = wait_until(lambda: (x := s.partition(topic_name)).leader == 1 and x.high_watermark
+                        and x.high_watermark == leo(x, 1) == leo(x, 2) == leo(x, 3) and x, 20,
+                        "the partition led by broker 1, every replica at the high watermark")
+
+    view.admin.alter_partition_reassignments({TopicPartition(topic_name, 0): [2, 3, 1]})
+    wait_until(lambda: view.partition(topic_name).replicas == [2, 3, 1], 20, "the new replica order")
+    view.admin.elect_leaders(0, {topic_name: [0]})
+    wait_until(lambda: view.partition(topic_name).leader == 2, 20, "broker 2 elected preferred leader")
+    # a new leader answers OFFSET_NOT_AVAILABLE until its high watermark reaches its epoch's start offset
+    wait_until(lambda: view.high_watermark(topic_name) == before.high_watermark, 20,
+               "the new leader's high watermark, as Kafka answers it")
+
+    asked_before = dict(s.sampler.requests_by_label)
+    after = s.partition(topic_name)  # the one cycle after the move
+    asked = {label: n - asked_before.get(label, 0) for label, n in s.sampler.requests_by_label.items()}
+    assert (after.leader, after.error) == (2, None)
+    assert after.high_watermark == view.high_watermark(topic_name) == before.high_watermark
+    assert after.last_stable_offset == after.high_watermark and after.log_start_offset == 0
+    assert [leo(after, b) for b in (2, 3, 1)] == [after.high_watermark] * 3
+    # the high watermark was asked twice: early of broker 1 (it answered NOT_LEADER_OR_FOLLOWER), then of broker 2
+    assert asked[rq.HIGH_WATERMARK] == 2 and asked[rq.LOG_END_OFFSET] == 3, asked
 
 
 def test_a_steady_cycle_costs_a_few_requests_per_broker(

@@ -149,6 +149,20 @@ def test_request_count_is_per_broker_not_per_partition() -> None:
     assert labels == sorted([rq.HIGH_WATERMARK, rq.LAST_STABLE_OFFSET, rq.LOG_START_OFFSET, rq.LOG_END_OFFSET])
 
 
+def test_a_steady_layout_leaves_nothing_to_ask_after_the_metadata() -> None:
+    """The early questions (previous cycle's layout) cover a steady cycle; what moved or is new is asked after."""
+    before = [meta("t", 0, 1, [1, 2, 3]), meta("t", 1, 2, [2, 3, 1]), meta("u", 0, 3, [3, 1, 2])]
+    leads, hosts = rq.group_by_broker(before)
+    assert rq.unasked(leads, leads) == {} and rq.unasked(hosts, hosts) == {}
+    # t-1's leadership moves from 2 to 3; a new partition t-2 on brokers 1, 2, 4
+    after = [meta("t", 0, 1, [1, 2, 3]), meta("t", 1, 3, [2, 3, 1]), meta("u", 0, 3, [3, 1, 2]),
+             meta("t", 2, 4, [4, 1, 2])]
+    new_leads, new_hosts = rq.group_by_broker(after)
+    assert rq.unasked(new_leads, leads) == {3: {"t": [1]}, 4: {"t": [2]}}
+    assert rq.unasked(new_hosts, hosts) == {1: {"t": [2]}, 2: {"t": [2]}, 4: {"t": [2]}}
+    assert rq.unasked(new_leads, {}) == {b: dict(t) for b, t in new_leads.items()}
+
+
 # ---------------------------------------------------------------------------------------------- topics
 def test_topic_patterns_full_match_and_internal_topics_off_by_default() -> None:
     sel = TopicSelector.from_config(TopicFilter(include=["orders.*", "pay"], exclude=[".*-dlq"]))

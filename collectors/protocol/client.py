@@ -46,6 +46,16 @@ class Outcome:
         return self.error is None and self.response is not None
 
 
+@dataclass
+class Pending:
+    """Calls sent by :meth:`ClusterClient.submit`, their answers still to come."""
+
+    calls: list[Call]
+    futures: list[Future]
+    deadline: float
+    """time.monotonic() after which an unanswered call fails."""
+
+
 class ClusterClient:
     def __init__(self, cluster: ClusterConfig, request_timeout_ms: int, client_id: str,
                  on_request: Callable[[str, int], None] = lambda _label, _broker: None) -> None:
@@ -170,16 +180,28 @@ class ClusterClient:
     def send_all(self, calls: Sequence[Call], timeout_s: float | None = None) -> list[Outcome]:
         """Send every call at once and wait for all answers until the deadline (``request_timeout_ms`` by
         default); an unanswered call's outcome carries the error."""
+        return self.gather(self.submit(calls, timeout_s))
+
+    def submit(self, calls: Sequence[Call], timeout_s: float | None = None) -> Pending:
+        """Send every call at once and return without waiting; :meth:`gather` waits for the answers, until the
+        deadline set here (``request_timeout_ms`` by default). Other requests may be sent in between."""
         if not calls:
-            return []
+            return Pending([], [], time.monotonic())
         if self._manager is None:
             raise ReplmonError(f"cluster {self.cluster.name}: not connected")
         timeout_ms = int((timeout_s * 1000) if timeout_s is not None else self.request_timeout_ms)
-        result: list[Outcome] = self._net.run(self._send_all, list(calls), timeout_ms)
+        deadline = time.monotonic() + timeout_ms / 1000
+        futures: list[Future] = self._net.run(self._submit, list(calls), timeout_ms)
+        return Pending(list(calls), futures, deadline)
+
+    def gather(self, pending: Pending) -> list[Outcome]:
+        """The outcome of each call of ``pending``, in its order, once answered or at its deadline."""
+        if not pending.calls:
+            return []
+        result: list[Outcome] = self._net.run(self._gather, pending)
         return result
 
-    async def _send_all(self, calls: list[Call], timeout_ms: int) -> list[Outcome]:
-        deadline = time.monotonic() + timeout_ms / 1000
+    async def _submit(self, calls: list[Call], timeout_ms: int) -> list[Future]:
         # The sampler paces the retries (one attempt per cycle): kafka-python's own reconnect backoff, grown
         # while a broker was down, would fail its requests at once for seconds after it is back.
         for broker in {call.broker for call in calls}:
@@ -192,9 +214,12 @@ class ClusterClient:
             except Exception as exc:  # unknown broker id, a remembered authentication failure
                 future = Future().failure(exc)
             futures.append(future)
+        return futures
+
+    async def _gather(self, pending: Pending) -> list[Outcome]:
         outcomes = []
-        for call, future in zip(calls, futures, strict=True):
-            left_ms = max(0.0, (deadline - time.monotonic()) * 1000)
+        for call, future in zip(pending.calls, pending.futures, strict=True):
+            left_ms = max(0.0, (pending.deadline - time.monotonic()) * 1000)
             try:
                 response = await self._manager.wait_for(future, left_ms)
                 outcomes.append(Outcome(call, response=response))

@@ -165,9 +165,28 @@ def group_by_broker(partitions: Iterable[PartitionMeta]) -> tuple[dict[int, dict
     return leads, hosts
 
 
-def list_offsets_requests(leads: Mapping[int, Mapping[str, list[int]]],
-                          hosts: Mapping[int, Mapping[str, list[int]]], version: int,
-                          timeout_ms: int) -> list[tuple[int, str, Any]]:
+Layout = Mapping[int, Mapping[str, list[int]]]
+"""broker -> topic -> partitions (the leads or the hosts of :func:`group_by_broker`)."""
+
+
+def unasked(layout: Layout, asked: Layout) -> dict[int, dict[str, list[int]]]:
+    """The part of ``layout`` that ``asked`` does not cover, in the same shape."""
+    out: dict[int, dict[str, list[int]]] = {}
+    for broker, topics in layout.items():
+        known = asked.get(broker, {})
+        for topic, partitions in topics.items():
+            have = known.get(topic)
+            if have is None:
+                missing = list(partitions)
+            else:
+                seen = set(have)
+                missing = [p for p in partitions if p not in seen]
+            if missing:
+                out.setdefault(broker, {})[topic] = missing
+    return out
+
+
+def list_offsets_requests(leads: Layout, hosts: Layout, version: int, timeout_ms: int) -> list[tuple[int, str, Any]]:
     """(broker, label, request): three to each leader, one (replica id -2) to every broker hosting replicas."""
     out = []
     for broker, partitions in sorted(leads.items()):

@@ -1,8 +1,12 @@
-"""One cluster's sampler: one cycle = metadata, then every offsets question at once, then samples.
+"""One cluster's sampler: one cycle = the offsets questions of the previous cycle's partition layout and the
+metadata at once, then the questions the metadata adds (partitions that moved, new ones, lineage walks, topic
+configs), then samples. A steady cycle is one round trip to every broker: the brokers answer the offsets while
+the metadata is read.
 
-Remembers across cycles: the cycle number, the leader lineages and walks in progress, the topic configs, which
-brokers answered last time (a broker that did not is given only a short grace once the others have answered,
-so a silent broker does not hold every cycle to the full request timeout).
+Remembers across cycles: the cycle number, the partition layout (who leads and who hosts what), the leader
+lineages and walks in progress, the topic configs, which brokers answered last time (a broker that did not is
+asked only after the metadata, with a short grace once the others have answered, so a silent broker does not
+hold every cycle to the full request timeout).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from collectors.protocol.assemble import (
     error_name,
     partition_sample,
 )
-from collectors.protocol.client import Call, ClusterClient, Outcome
+from collectors.protocol.client import Call, ClusterClient, Outcome, Pending
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
 from collectors.protocol.topics import TopicSelector
 from collectors.samples import CycleSample, EpochEntry, Sample
@@ -57,6 +61,15 @@ class CycleResult:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass
+class EarlyOffsets:
+    """Offsets questions sent before the metadata, from the previous cycle's layout."""
+
+    leads: rq.Layout
+    hosts: rq.Layout
+    pending: Pending
+
+
 class ClusterSampler:
     def __init__(self, cluster: ClusterConfig, collector: CollectorConfig, collector_id: str,
                  metrics: CollectorMetrics | None = None,
@@ -72,6 +85,8 @@ class ClusterSampler:
         self.lineages = LineageBook()
         self.topic_configs: dict[str, rq.TopicConfig] = {}
         self.silent: set[int] = set()
+        self.leads: rq.Layout = {}
+        self.hosts: rq.Layout = {}
         self.requests_by_label: dict[str, int] = {}
         self._requests = 0
         self._metadata_broker: int | None = None
@@ -101,6 +116,7 @@ class ClusterSampler:
         requests_before = self._requests
         if not self.client.connected:
             self.client.connect()
+        early = self._ask_offsets_early()
         topics, metas = self._metadata()
         hidden = (f" (or user {self.cluster.security.username} lacks DESCRIBE on the topics it should match)"
                   if self.cluster.security.username else "")
@@ -117,7 +133,8 @@ class ClusterSampler:
             self.client.refresh_metadata(timeout_s=min(METADATA_REFRESH_WAIT_S, self.config.request_timeout_ms / 1000))
 
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
-            leads, hosts, self._list_offsets_version(), self.config.request_timeout_ms)]
+            rq.unasked(leads, early.leads), rq.unasked(hosts, early.hosts), self._list_offsets_version(),
+            self.config.request_timeout_ms)]
         leaders = {m.tp: (m.leader, m.leader_epoch) for m in selected if m.leader >= 0}
         walks = self.lineages.plan(leaders, full_refresh=cycle_no % self.config.lineage_refresh_cycles == 0)
         by_leader: dict[int, dict[TopicPartition, Any]] = {}
@@ -131,8 +148,9 @@ class ClusterSampler:
         if refresh_configs and topic_names:
             calls.append(Call(self._pick_broker(hosts), rq.describe_configs_request(topic_names), DESCRIBE_CONFIGS))
 
-        outcomes = self._send(calls)
-        answers, lineage_answers, configs = self._collect(outcomes)
+        outcomes = self._send(calls) + self.client.gather(early.pending)
+        answers, lineage_answers, configs = self._collect(outcomes, {tp: leader for tp, (leader, _) in leaders.items()})
+        self.leads, self.hosts = leads, hosts
         if configs is not None:
             self.topic_configs = {t: configs.get(t, self.topic_configs.get(t, rq.TopicConfig()))
                                   for t in topic_names}
@@ -168,6 +186,17 @@ class ClusterSampler:
         if versions is None:
             raise ReplmonError(f"cluster {self.cluster.name}: the brokers do not offer ListOffsets")
         return min(versions[1], 11)
+
+    def _ask_offsets_early(self) -> EarlyOffsets:
+        """Send the offsets questions of the previous cycle's layout now, without waiting: the brokers answer
+        them while the metadata is read. Brokers silent last cycle are asked after the metadata (with the short
+        grace of :meth:`_send`); a partition that moved since is asked again then, of its new leader or host,
+        and the answers of its old one are ignored (:meth:`_collect`)."""
+        leads = {b: t for b, t in self.leads.items() if b not in self.silent}
+        hosts = {b: t for b, t in self.hosts.items() if b not in self.silent}
+        calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
+            leads, hosts, self._list_offsets_version(), self.config.request_timeout_ms)] if hosts else []
+        return EarlyOffsets(leads, hosts, self.client.submit(calls))
 
     def _pick_broker(self, hosts: dict[int, Any]) -> int:
         """A broker that answered last cycle, preferring the one asked for metadata."""
@@ -231,8 +260,10 @@ class ClusterSampler:
         order = {id(c): i for i, c in enumerate(calls)}
         return sorted(results, key=lambda o: order[id(o.call)])
 
-    def _collect(self, outcomes: list[Outcome]) -> tuple[CycleAnswers, dict[TopicPartition, tuple[int, int, int]],
-                                                         dict[str, rq.TopicConfig] | None]:
+    def _collect(self, outcomes: list[Outcome], leader_of: dict[TopicPartition, int]
+                 ) -> tuple[CycleAnswers, dict[TopicPartition, tuple[int, int, int]], dict[str, rq.TopicConfig] | None]:
+        """The cycle's answers; a leader question counts only from the partition's leader in this cycle's
+        metadata (an early question went to the leader of the previous cycle)."""
         answers = CycleAnswers()
         lineage: dict[TopicPartition, tuple[int, int, int]] = {}
         configs: dict[str, rq.TopicConfig] | None = None
@@ -252,9 +283,12 @@ class ClusterSampler:
                 continue
             answered.add(call.broker)
             if call.label in targets:
-                targets[call.label].update(rq.parse_list_offsets(outcome.response))
+                target = targets[call.label]
+                for tp, answer in rq.parse_list_offsets(outcome.response).items():
+                    if leader_of.get(tp) == call.broker:
+                        target[tp] = answer
             elif call.label == rq.LOG_END_OFFSET:
-                answers.log_end_offset[call.broker] = rq.parse_list_offsets(outcome.response)
+                answers.log_end_offset.setdefault(call.broker, {}).update(rq.parse_list_offsets(outcome.response))
             elif call.label == OFFSETS_FOR_LEADER_EPOCH:
                 lineage.update(rq.parse_offsets_for_leader_epoch(outcome.response))
             elif call.label == DESCRIBE_CONFIGS:
