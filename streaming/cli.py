@@ -25,8 +25,12 @@ from replmon.targets import with_default_cluster
 err = Console(stderr=True, highlight=False)
 
 
-def _config(path: Path | None) -> ReplmonConfig:
-    return with_default_cluster(load_config(path))
+def stream_config(path: Path | None) -> ReplmonConfig:
+    """The job's configuration. The job reads only the samples topic: with ``transport.bootstrap_servers`` set it
+    needs no watched cluster (it may run on another host than the collectors, or start before the clusters);
+    without, the samples topic is on the first watched cluster, by default the local one."""
+    config = load_config(path)
+    return config if config.transport.bootstrap_servers else with_default_cluster(config)
 
 
 @contextlib.contextmanager
@@ -94,7 +98,7 @@ def run_job_until_stopped(config: ReplmonConfig) -> int:
 def stream(args: argparse.Namespace) -> int:
     with _stop_on_signals():
         try:
-            return run_job_until_stopped(_config(args.config))
+            return run_job_until_stopped(stream_config(args.config))
         except KeyboardInterrupt:
             return 0
 

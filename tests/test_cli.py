@@ -12,7 +12,7 @@ import pytest
 
 from replmon.cli import build_parser, main
 from replmon.errors import ReplmonError
-from streaming.cli import parse_since
+from streaming.cli import parse_since, stream_config
 
 CONTRACT = [
     ["cluster", "up", "--brokers", "3", "--dir", "/tmp/x"],
@@ -63,3 +63,14 @@ def test_since_takes_durations_and_iso_times() -> None:
     assert parse_since("2026-11-22T10:00:00", now) == datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
     with pytest.raises(ReplmonError, match="--since takes a duration"):
         parse_since("yesterday", now)
+
+
+def test_the_job_needs_no_watched_cluster_when_the_transport_is_configured(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("REPLMON_STATE_DIR", str(tmp_path / "state"))  # no local cluster here
+    config = tmp_path / "job.yaml"
+    config.write_text("transport:\n  bootstrap_servers: ['127.0.0.1:9092']\n")
+    assert stream_config(config).clusters == []
+    config.write_text("stream:\n  trigger_interval_s: 2\n")  # the samples topic is on the local cluster: none
+    with pytest.raises(ReplmonError, match=r"^no local cluster in .*: start one with `replmon cluster up`$"):
+        stream_config(config)
