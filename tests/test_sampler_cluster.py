@@ -212,11 +212,9 @@ def test_a_leader_moved_between_cycles_is_read_from_the_new_leader_in_the_next_c
 
 
 def test_a_steady_cycle_costs_a_few_requests_per_broker(
-        cluster: LocalCluster, view: KafkaView, topic_name: str, sampling: Callable[..., Sampling],
+        cluster: LocalCluster, view: KafkaView, many_partitions: list[str], sampling: Callable[..., Sampling],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    topics = [f"{topic_name}-{i}" for i in range(6)]
-    for t in topics:
-        view.create_topic(t, partitions=100, replication_factor=3)
+    topics = many_partitions
     sent: list[tuple[str, int]] = []
     original = KafkaProtocol.send_request
 
@@ -246,6 +244,17 @@ def test_a_steady_cycle_costs_a_few_requests_per_broker(
                     == (kafka_says.leader, kafka_says.leader_epoch, sorted(kafka_says.isr)))
             assert sample.high_watermark == view.high_watermark(t, p) == 0
             assert [r.log_end_offset for r in sample.replica_offsets] == [0, 0, 0]
+
+
+@pytest.fixture
+def many_partitions(view: KafkaView, topic_name: str) -> Iterator[list[str]]:
+    """6 topics of 100 partitions, deleted after the test: the session's cluster would otherwise carry them
+    through every later broker restart (log recovery, elections and catch-up of 1,800 more replicas)."""
+    topics = [f"{topic_name}-{i}" for i in range(6)]
+    for t in topics:
+        view.create_topic(t, partitions=100, replication_factor=3)
+    yield topics
+    view.call(lambda admin: admin.delete_topics(topics))
 
 
 def run_collect(args: list[str], timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
