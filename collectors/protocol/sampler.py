@@ -149,7 +149,8 @@ class ClusterSampler:
             calls.append(Call(self._pick_broker(hosts), rq.describe_configs_request(topic_names), DESCRIBE_CONFIGS))
 
         outcomes = self._send(calls) + self.client.gather(early.pending)
-        answers, lineage_answers, configs = self._collect(outcomes, {tp: leader for tp, (leader, _) in leaders.items()})
+        answers, lineage_answers, configs = self._collect(
+            outcomes, {tp: leader for tp, (leader, _) in leaders.items()}, set(hosts) | {c.broker for c in calls})
         self.leads, self.hosts = leads, hosts
         if configs is not None:
             self.topic_configs = {t: configs.get(t, self.topic_configs.get(t, rq.TopicConfig()))
@@ -260,10 +261,11 @@ class ClusterSampler:
         order = {id(c): i for i, c in enumerate(calls)}
         return sorted(results, key=lambda o: order[id(o.call)])
 
-    def _collect(self, outcomes: list[Outcome], leader_of: dict[TopicPartition, int]
+    def _collect(self, outcomes: list[Outcome], leader_of: dict[TopicPartition, int], brokers: set[int]
                  ) -> tuple[CycleAnswers, dict[TopicPartition, tuple[int, int, int]], dict[str, rq.TopicConfig] | None]:
         """The cycle's answers; a leader question counts only from the partition's leader in this cycle's
-        metadata (an early question went to the leader of the previous cycle)."""
+        metadata, and a broker is unreachable only if this cycle's metadata still has it in ``brokers`` (an early
+        question went to the layout of the previous cycle: a leader since replaced, a broker since removed)."""
         answers = CycleAnswers()
         lineage: dict[TopicPartition, tuple[int, int, int]] = {}
         configs: dict[str, rq.TopicConfig] | None = None
@@ -299,7 +301,7 @@ class ClusterSampler:
         for outcome in outcomes:
             if not outcome.ok and outcome.call.broker in answered and outcome.call.broker in silent:
                 answers.failed[(outcome.call.broker, outcome.call.label)] = _describe_error(outcome.error)
-        answers.unreachable = silent - answered
+        answers.unreachable = (silent - answered) & brokers
         return answers, lineage, configs
 
     def _report_config_errors(self, errors: dict[str, int]) -> None:
