@@ -109,6 +109,10 @@ def resolve_cluster_dir(path: Path | str | None) -> Path:
     return default_cluster_dir().resolve()
 
 
+REGISTRATION_PROBE_TIMEOUT_MS = 5000
+"""A bootstrap on loopback answers within this, TLS and SCRAM included, or the probe is tried again."""
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -466,12 +470,13 @@ class LocalCluster:
             return SecurityConfig()
         return secure.client_security(self.spec.security, user or self.spec.security.admin_user)
 
-    def admin_client(self, request_timeout_ms: int = 3000) -> Any:
+    def admin_client(self, request_timeout_ms: int = 3000, bootstrap_timeout_ms: int = 30_000) -> Any:
         """A kafka-python admin client as the cluster's admin (a super user of a secure cluster)."""
         from kafka.admin import KafkaAdminClient
 
         return KafkaAdminClient(bootstrap_servers=self.bootstrap_servers, request_timeout_ms=request_timeout_ms,
-                                client_id="replmon-localcluster", **self.client_security().kafka_python())
+                                bootstrap_timeout_ms=bootstrap_timeout_ms, client_id="replmon-localcluster",
+                                **self.client_security().kafka_python())
 
     def grant_roles(self, transport: TransportConfig | None = None) -> None:
         """Give each role's user (replmon.security.Role) its grants, for the topic names of ``transport``
@@ -487,8 +492,11 @@ class LocalCluster:
             admin.close()
 
     def registered_brokers(self) -> set[int]:
-        """Brokers the cluster's metadata lists: registered and unfenced."""
-        admin = self.admin_client()
+        """Brokers the cluster's metadata lists: registered and unfenced. The bootstrap gives up after
+        REGISTRATION_PROBE_TIMEOUT_MS: something else listening on a broker's port accepts the connection and never
+        answers, and kafka-python's default (30 s) would hold :meth:`wait_until_registered` from seeing the broker
+        die of it."""
+        admin = self.admin_client(bootstrap_timeout_ms=REGISTRATION_PROBE_TIMEOUT_MS)
         try:
             return {int(b["broker_id"]) for b in admin.describe_cluster()["brokers"]}
         finally:
