@@ -72,6 +72,20 @@ def test_up_status_down_through_the_cli(tmp_path: Path) -> None:
     assert again.returncode != 0
     assert "not running" in again.stderr and len(again.stderr.strip().splitlines()) == 1
 
+    # up again on the existing directory: once it returns, the broker takes requests (it registers a moment
+    # before its listener opens)
+    cluster = LocalCluster.up(cdir, die_with_parent=True, remember=False)
+    try:
+        assert cluster.bootstrap_servers == bootstrap
+        assert all(cluster.listening(b) for b in cluster.broker_ids)
+        view = KafkaView(bootstrap)
+        try:
+            view.create_topic("after-restart", replication_factor=1)
+        finally:
+            view.close()
+    finally:
+        cluster.down()
+
 
 @pytest.mark.cluster
 def test_a_node_dying_at_start_shows_its_log_and_leaves_nothing_running(tmp_path: Path) -> None:

@@ -502,9 +502,18 @@ class LocalCluster:
         finally:
             admin.close()
 
+    def listening(self, broker_id: int) -> bool:
+        """The broker's listener accepts connections. A broker registers and is unfenced a moment before it
+        opens its listener (a restart of an existing cluster showed it: a client's first request was refused)."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.broker(broker_id).port), timeout=2):
+                return True
+        except OSError:
+            return False
+
     def wait_until_registered(self, broker_ids: Iterable[int], timeout_s: float = START_TIMEOUT_S) -> None:
-        """Wait until each of ``broker_ids`` is registered and unfenced; fail early with the log of a node
-        that died while starting."""
+        """Wait until each of ``broker_ids`` is registered, unfenced and accepts connections; fail early with the
+        log of a node that died while starting."""
         wanted = set(broker_ids)
         deadline = time.monotonic() + timeout_s
         last_error = ""
@@ -517,7 +526,7 @@ class LocalCluster:
                         + _log_excerpt(node.log_file)
                     )
             try:
-                if wanted <= self.registered_brokers():
+                if wanted <= self.registered_brokers() and all(self.listening(b) for b in wanted):
                     return
             except Exception as exc:  # the brokers are not answering yet
                 last_error = str(exc)
