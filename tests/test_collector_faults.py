@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -104,17 +103,9 @@ def collectors(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[str]]]
 
 
 def serving(cluster: LocalCluster, broker: int) -> bool:
-    """Kafka's own view: the broker accepts connections and the cluster's metadata lists it (a restarted broker
-    registers with the controller a few seconds before its listener opens)."""
-    host, _, port = next(s for s in cluster.bootstrap_servers.split(",")
-                         if s.endswith(f":{cluster.broker(broker).port}")).rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=2):
-        pass
-    view = KafkaView(cluster.bootstrap_servers)
-    try:
-        return broker in {b["broker_id"] for b in view.admin.describe_cluster()["brokers"] if not b.get("is_fenced")}
-    finally:
-        view.close()
+    """Kafka's own view: the broker is registered, unfenced and its listener open (a restarted broker registers
+    with the controller a moment before its listener opens)."""
+    return broker in cluster.registered_brokers() and cluster.listening(broker)
 
 
 def scrape(port: int) -> dict[str, float]:

@@ -116,7 +116,8 @@ class ClusterSampler:
         requests_before = self._requests
         if not self.client.connected:
             self.client.connect()
-        early = self._ask_offsets_early()
+        version = self._list_offsets_version()
+        early = self._ask_offsets_early(version)
         topics, metas = self._metadata()
         hidden = (f" (or user {self.cluster.security.username} lacks DESCRIBE on the topics it should match)"
                   if self.cluster.security.username else "")
@@ -133,8 +134,7 @@ class ClusterSampler:
             self.client.refresh_metadata(timeout_s=min(METADATA_REFRESH_WAIT_S, self.config.request_timeout_ms / 1000))
 
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
-            rq.unasked(leads, early.leads), rq.unasked(hosts, early.hosts), self._list_offsets_version(),
-            self.config.request_timeout_ms)]
+            rq.unasked(leads, early.leads), rq.unasked(hosts, early.hosts), version, self.config.request_timeout_ms)]
         leaders = {m.tp: (m.leader, m.leader_epoch) for m in selected if m.leader >= 0}
         walks = self.lineages.plan(leaders, full_refresh=cycle_no % self.config.lineage_refresh_cycles == 0)
         by_leader: dict[int, dict[TopicPartition, Any]] = {}
@@ -188,7 +188,7 @@ class ClusterSampler:
             raise ReplmonError(f"cluster {self.cluster.name}: the brokers do not offer ListOffsets")
         return min(versions[1], 11)
 
-    def _ask_offsets_early(self) -> EarlyOffsets:
+    def _ask_offsets_early(self, version: int) -> EarlyOffsets:
         """Send the offsets questions of the previous cycle's layout now, without waiting: the brokers answer
         them while the metadata is read. Brokers silent last cycle are asked after the metadata (with the short
         grace of :meth:`_send`); a partition that moved since is asked again then, of its new leader or host,
@@ -196,7 +196,7 @@ class ClusterSampler:
         leads = {b: t for b, t in self.leads.items() if b not in self.silent}
         hosts = {b: t for b, t in self.hosts.items() if b not in self.silent}
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
-            leads, hosts, self._list_offsets_version(), self.config.request_timeout_ms)] if hosts else []
+            leads, hosts, version, self.config.request_timeout_ms)]
         return EarlyOffsets(leads, hosts, self.client.submit(calls))
 
     def _pick_broker(self, hosts: dict[int, Any]) -> int:
