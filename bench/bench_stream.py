@@ -9,7 +9,8 @@ the samples topic (6 partitions) and feeds it from a separate producer JVM (benc
 template derived from a real PartitionSample, keyed like the collector). Phases:
 
 1. backlog: ``--backlog-cycles`` cycles over ``--partitions`` partitions (RF 3) written as fast as possible;
-2. baseline: a stateless query (parse_samples, valid rows to Spark's noop sink) reads the backlog;
+2. baseline: a stateless query (parse_samples, the processor's input rows to Spark's noop sink) reads the
+   backlog;
 3. job: the real job (streaming.job.start_job) reads the same backlog from the start: its capacity;
 4. live: a fresh job (startingOffsets latest) while the producer paces ``--rate`` samples/s (one cycle per
    ``partitions / rate`` s) for ``--duration`` s: processed rate, sample-to-metric latency;
@@ -470,10 +471,10 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
     section = "\n".join([
         "## Streaming job", "",
         "The Spark job (`streaming/job.py`: Kafka source, parse_samples, bucketed transformWithStateInPandas, "
-        "foreachBatch to events/Prometheus/history, and the quarantine query) against a stateless baseline "
-        "(same source and parse_samples, valid rows to Spark's noop sink) in the same run, on a one-broker local "
-        "Kafka; synthetic samples from a separate producer JVM (`bench/SampleProducer.java`), see the docstring "
-        "of `bench/bench_stream.py` for the phases.", "",
+        "foreachBatch to events/Prometheus/history and the quarantine, one query) against a stateless baseline "
+        "(same source and parse_samples, the processor's input rows to Spark's noop sink) in the same run, on a "
+        "one-broker local Kafka; synthetic samples from a separate producer JVM (`bench/SampleProducer.java`), see "
+        "the docstring of `bench/bench_stream.py` for the phases.", "",
         "```", command, "```", "", *lines, "", *(line for note in notes for line in (note, "")),
         "![streaming benchmark](bench_stream.png)", ""])
     write_section(DOC, "Streaming job", section)

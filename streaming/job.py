@@ -1,16 +1,19 @@
 """The Spark Structured Streaming job: samples topic -> parse and validate -> bucketed state -> sinks.
 
-Two queries share the session and the source topic:
+One query, ``replmon-state``, reads the samples topic and parses each record once:
 
-* ``replmon-state``: valid samples, hashed into state buckets, through :class:`streaming.processor.
-  ReplicationProcessor` (transformWithStateInPandas, RocksDB state store, processing-time timers); its
-  foreachBatch publishes events (once per id), updates the Prometheus table and writes the history.
-* ``replmon-quarantine``: samples that fail parsing or validation, with their reason, to the quarantine topic
-  and ``replmon_quarantined_samples_total{reason}``. The job never dies on bad input.
+* valid samples, hashed into state buckets, go through :class:`streaming.processor.ReplicationProcessor`
+  (transformWithStateInPandas, RocksDB state store, processing-time timers); its foreachBatch publishes events
+  (once per id), updates the Prometheus table and writes the history;
+* records that fail parsing or validation pass through the processor untouched, with their reason, to the
+  quarantine topic and ``replmon_quarantined_samples_total{reason}``. The job never dies on bad input. (A second
+  query for them read and parsed every record a second time, as much work as the whole stateless parse:
+  docs/benchmarks.md, "Streaming job".)
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import threading
@@ -37,7 +40,15 @@ from replmon.config import ReplmonConfig
 from streaming import schema
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
-from streaming.processor import KIND_EVENT, KIND_PARTITION, OUTPUT_SCHEMA, PROCESSOR_INPUT, ReplicationProcessor
+from streaming.processor import (
+    KIND_EVENT,
+    KIND_PARTITION,
+    KIND_QUARANTINE,
+    OUTPUT_SCHEMA,
+    PROCESSOR_INPUT,
+    QUARANTINED,
+    ReplicationProcessor,
+)
 from streaming.sinks import EventsPublisher, HistoryWriter
 
 log = logging.getLogger(__name__)
@@ -173,9 +184,27 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
     )
 
 
+QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
+"""What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64)."""
+
+
 def processor_input(parsed: DataFrame) -> DataFrame:
-    """The valid partition and replica samples of :func:`parse_samples`, in the processor's columns."""
-    return parsed.filter(F.col("reason").isNull() & F.col("kind").isin("p", "r")).select(*PROCESSOR_INPUT)
+    """The rows of :func:`parse_samples` the processor takes, in its columns: valid partition and replica
+    samples, and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its quarantine fields
+    as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
+    bad = F.col("reason").isNotNull()
+    quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], F.base64("key").alias("key")), CANONICAL_JSON)
+    return (parsed.filter(bad | F.col("kind").isin("p", "r"))
+            .withColumns({"kind": F.when(bad, F.lit(QUARANTINED)).otherwise(F.col("kind")),
+                          "sample": F.when(bad, quarantined).otherwise(F.col("sample"))})
+            .select(*PROCESSOR_INPUT))
+
+
+def quarantined_records(payloads: list[str]) -> pd.DataFrame:
+    """The processor's KIND_QUARANTINE payloads back as the quarantine's columns (``key`` as bytes)."""
+    bad = pd.DataFrame([json.loads(p) for p in payloads], columns=list(QUARANTINE_FIELDS))
+    bad["key"] = [None if k is None else base64.b64decode(k) for k in bad["key"]]
+    return bad
 
 
 @dataclass
@@ -200,6 +229,11 @@ class StateBatchHandler:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         out: pd.DataFrame = batch.toPandas()
+        quarantined = out["kind"] == KIND_QUARANTINE
+        if quarantined.any():
+            self.quarantine(out.loc[quarantined, "payload"].tolist())
+            # their nulls made these integer columns float (partition="0.0" as a label): as without them
+            out = out[~quarantined].astype({"partition": "int64", "sample_time_ms": "int64"})
         events = out[out["kind"] == KIND_EVENT]
         partitions = out[out["kind"] == KIND_PARTITION]
         written = self.events.publish(zip(events["event_id"], events["payload"], strict=True), batch_id)
@@ -221,16 +255,9 @@ class StateBatchHandler:
                 self.stats.delays_s.append(now - newest)
                 self.exporter.set_job("replmon_job_sample_to_metric_delay_seconds", now - newest)
 
-
-class QuarantineBatchHandler:
-    def __init__(self, events: EventsPublisher, exporter: JobExporter) -> None:
-        self.events = events
-        self.exporter = exporter
-
-    def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        bad: pd.DataFrame = batch.toPandas()
-        if bad.empty:
-            return
+    def quarantine(self, payloads: list[str]) -> None:
+        """The batch's bad records to the quarantine topic, counted by the kind of their reason."""
+        bad = quarantined_records(payloads)
         self.events.quarantine(bad)
         for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
@@ -311,10 +338,4 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     checkpoint = stream.checkpoint_dir
     state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
                    .option("checkpointLocation", str(checkpoint / "state")).trigger(processingTime=trigger).start())
-    quarantine_query = (parsed.filter(F.col("reason").isNotNull())
-                        .select("raw", "key", "partition", "offset", "reason")
-                        .writeStream.queryName("replmon-quarantine")
-                        .foreachBatch(QuarantineBatchHandler(state_handler.events, exporter))
-                        .option("checkpointLocation", str(checkpoint / "quarantine"))
-                        .trigger(processingTime=trigger).start())
-    return RunningJob(spark, [state_query, quarantine_query], exporter, stats, port)
+    return RunningJob(spark, [state_query], exporter, stats, port)

@@ -45,12 +45,17 @@ Table = dict[PartitionKey, PartitionState]
 
 KIND_EVENT = "event"
 KIND_PARTITION = "partition"
+KIND_QUARANTINE = "quarantine"
+QUARANTINED = "q"
+"""Input ``kind`` of a record that failed parsing or validation (the job reads and parses each record once, for
+the state and the quarantine): its ``sample`` is what the quarantine keeps of it, passed through untouched as
+the ``payload`` of a KIND_QUARANTINE output row."""
 
 STATE_SCHEMA = StructType([StructField("partitions", BinaryType(), True)])
 
 OUTPUT_SCHEMA = StructType([
     StructField("kind", StringType(), False),
-    StructField("cluster", StringType(), False),
+    StructField("cluster", StringType(), True),  # null in a KIND_QUARANTINE row
     StructField("topic", StringType(), True),
     StructField("partition", LongType(), True),
     StructField("sample_time_ms", LongType(), True),
@@ -111,11 +116,13 @@ the conversion back cost more than the detection.)"""
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
-    ``kind`` ('p' partition sample, 'r' replica sample), ``sample`` (its JSON), ``sample_time_ms`` and
-    ``cycle``. Returns the new table and the output rows: every event, and the newest metrics of each partition
-    that got a partition sample."""
-    ordered = samples.sort_values(["sample_time_ms", "cycle"], kind="stable")
-    rows: list[dict[str, Any]] = []
+    ``kind`` ('p' partition sample, 'r' replica sample, :data:`QUARANTINED`), ``sample`` (its JSON),
+    ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: the quarantined records, every
+    event, and the newest metrics of each partition that got a partition sample."""
+    bad = samples["kind"] == QUARANTINED
+    rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
+                                  for text in samples.loc[bad, "sample"].tolist()]
+    ordered = samples[~bad].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
     table = dict(table)
     loads = json.loads

@@ -379,8 +379,12 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
                            == n for r, n in by_reason.items()), DEADLINE_S, "the quarantine counters")
 
     def metrics_of_valid() -> bool:
-        return all(pipeline.metric("replmon_partition_high_watermark", cluster=CLUSTER, topic="hostile-valid",
-                                   partition=str(i)) == 1000 + i for i in range(VALID))
+        shown = {i: pipeline.metric("replmon_partition_high_watermark", cluster=CLUSTER, topic="hostile-valid",
+                                    partition=str(i)) for i in range(VALID)}
+        wrong = {i: hw for i, hw in shown.items() if hw != 1000 + i}
+        if wrong:  # the failure message shows the last of these
+            raise AssertionError(f"partition -> high watermark shown, where not 1000 + partition: {wrong}")
+        return True
 
     wait_until(metrics_of_valid, DEADLINE_S, "the metrics of every valid sample sent between the hostile ones")
     assert stream_log.read_text().count("a query failed") == failures_before, "a query failed on hostile input"

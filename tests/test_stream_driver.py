@@ -13,7 +13,7 @@ from collectors.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter, scrape
 from streaming.metrics_catalog import CATALOG
-from streaming.processor import KIND_EVENT, KIND_PARTITION, expire_bucket, process_bucket
+from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, QUARANTINED, expire_bucket, process_bucket
 from streaming.sinks import HistoryWriter, RecentIds, read_events
 
 CFG = DetectConfig(stale_after_ms=10_000)
@@ -52,6 +52,20 @@ def test_bucket_processor_orders_samples_and_emits_one_metrics_row_per_partition
     # and applied on top of the new state: nothing new to say
     _, repeated = process_bucket(table, batch, CFG, now_ms=2_000_000)
     assert not [r for r in repeated if r["kind"] == KIND_EVENT]
+
+
+def test_quarantined_records_pass_through_the_processor_untouched() -> None:
+    bad = [json.dumps({"reason": "malformed_json", "partition": 2, "offset": 7, "raw": "{nope", "key": None}),
+           json.dumps({"reason": "unknown_schema", "partition": 0, "offset": 9, "raw": "{}", "key": "aw=="})]
+    batch = pd.concat([frame(sample(1, [1, 2, 3])),
+                       pd.DataFrame({"kind": [QUARANTINED] * 2, "sample": bad, "sample_time_ms": [None] * 2,
+                                     "cycle": [None] * 2})], ignore_index=True)
+    table, rows = process_bucket({}, batch, CFG, now_ms=2_000_000)
+    assert [r["payload"] for r in rows if r["kind"] == KIND_QUARANTINE] == bad
+    assert [r["isr_size"] for r in rows if r["kind"] == KIND_PARTITION] == [3]
+    assert set(table) == {("c", "t", 0)}
+    only_bad, rows = process_bucket(table, batch.iloc[1:], CFG, now_ms=2_000_000)
+    assert only_bad == table and [r["kind"] for r in rows] == [KIND_QUARANTINE] * 2
 
 
 def test_timer_marks_silent_partitions_stale_once() -> None:

@@ -13,7 +13,7 @@ from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, St
 from collectors.samples import CycleSample, EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample, to_json
 from streaming import schema
 from streaming.events import Event
-from streaming.job import parse_samples
+from streaming.job import parse_samples, processor_input, quarantined_records
 
 KAFKA_RECORD = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -166,13 +166,35 @@ def test_canonical_records_that_break_a_rule_get_the_same_reasons(spark: SparkSe
     assert reasons == [*cases, *cases, *broken, None, "malformed_json"]
 
 
+def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarantine_keeps(
+        spark: SparkSession) -> None:
+    cycle = CycleSample(cluster="c1", collector_id="col", cycle=7, sample_time_ms=1, duration_ms=5, partitions=1,
+                        brokers=[1, 2, 3])
+    values = [json.dumps(partition_sample()).encode(), to_json(cycle), b"\xff{not json", None,
+              json.dumps(partition_sample(leader_epoch=-5)).encode()]
+    keys = [b"c1/orders/3", b"c1", b"\x00\xfe binary key", None, b"k"]
+    rows = [(k, v, 4, 100 + i) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), buckets=8)).collect()
+    # the valid cycle sample is dropped; the valid partition sample is passed as the collectors wrote it
+    assert sorted(r["kind"] for r in taken) == ["p", "q", "q", "q"]
+    assert [json.loads(r["sample"]) for r in taken if r["kind"] == "p"] == [partition_sample()]
+    bad = quarantined_records([r["sample"] for r in taken if r["kind"] == "q"]).sort_values("offset")
+    assert bad["offset"].tolist() == [102, 103, 104] and set(bad["partition"]) == {4}
+    assert bad["key"].tolist() == [b"\x00\xfe binary key", None, b"k"]
+    assert bad["raw"].tolist() == ["\ufffd{not json", None, values[4].decode()]
+    assert bad["reason"].tolist() == [schema.INVALID_UTF8, schema.MALFORMED_JSON,
+                                      f"{schema.OUT_OF_RANGE}:leader_epoch"]
+
+
 def test_a_filter_on_the_reason_leaves_each_record_parsed_once(spark: SparkSession) -> None:
-    """Both queries filter on ``reason``; pushed below the projections, that filter would carry one from_json per
-    reference to the parsed record (hundreds: ~20x slower). Once for the record, once for the map of the
-    records judged on it."""
+    """The processor's input (and the benchmark's baseline) filters on ``reason``; pushed below the projections,
+    that filter would carry one from_json per reference to the parsed record (hundreds: ~20x slower). Once for
+    the record, once for the map of the records judged on it."""
     from pyspark.sql import functions as F
 
     rows = spark.createDataFrame([], KAFKA_RECORD)
-    for kept in (F.col("reason").isNull(), F.col("reason").isNotNull()):
-        plan = parse_samples(rows, buckets=8).filter(kept)._jdf.queryExecution().optimizedPlan().toString()
+    parsed = parse_samples(rows, buckets=8)
+    for kept in (processor_input(parsed), parsed.filter(F.col("reason").isNull()),
+                 parsed.filter(F.col("reason").isNotNull())):
+        plan = kept._jdf.queryExecution().optimizedPlan().toString()
         assert plan.count("from_json(") == 2, plan[:3000]
