@@ -509,7 +509,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                                     history_dir=work / phase / "history", starting_offsets=starting,
                                     max_offsets_per_trigger=max_offsets, metrics_port=0,
                                     state_buckets=args.state_buckets,
-                                    spark_conf={"spark.ui.showConsoleProgress": "false"}))
+                                    spark_conf={"spark.ui.showConsoleProgress": "false", **dict(args.spark_conf)}))
 
         config = config_for("baseline", "earliest", args.backlog_batch)
         ensure_topic(config, SAMPLES_TOPIC)
@@ -819,6 +819,13 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
     return out
 
 
+def spark_setting(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.startswith("spark."):
+        raise argparse.ArgumentTypeError(f"{text!r} is not spark.KEY=VALUE")
+    return key, value
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100_000)
@@ -840,6 +847,8 @@ def main() -> int:
                         help="maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
+    parser.add_argument("--spark-conf", type=spark_setting, action="append", default=[], metavar="KEY=VALUE",
+                        help="a Spark setting over the job's (stream.spark_conf), for A/B runs; repeatable")
     args = parser.parse_args()
     if args.partitions % PER_TOPIC and args.partitions > PER_TOPIC:
         parser.error(f"--partitions must be a multiple of {PER_TOPIC}")
