@@ -240,10 +240,9 @@ class StateBatchHandler:
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
-            # their nulls made these integer columns float (partition="0.0" as a label): as without them
-            out = out[~quarantined].astype({"partition": "int64", "sample_time_ms": "int64"})
         events = out[out["kind"] == KIND_EVENT]
-        partitions = out[out["kind"] == KIND_PARTITION]
+        # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
+        partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
         written = self.events.publish(zip(events["event_id"], events["payload"], strict=True), batch_id)
         decoded = [json.loads(p) for p in written]
         self.exporter.count_events(decoded)
