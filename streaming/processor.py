@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import json
 import pickle
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, TypeVar
 
 import pandas as pd
 from pyspark.sql.streaming.stateful_processor import (
@@ -41,7 +41,70 @@ from streaming.events import Event
 from streaming.state import PartitionState
 
 PartitionKey = tuple[str, str, int]
-Table = dict[PartitionKey, PartitionState]
+
+
+class PackedTable(MutableMapping[PartitionKey, PartitionState]):
+    """A bucket's partitions as the state store keeps them: each partition's state pickled on its own, unpickled
+    when a sample reaches it, and pickled again only then. A micro-batch reaches a fraction of a bucket's
+    partitions (a 20,000-sample batch over 100,000 partitions, a fifth); unpickling and pickling every state
+    of every bucket it reached cost more than the detection (docs/benchmarks.md, "Streaming job").
+
+    ``copy()`` is shallow and cheap: the packed bytes are shared, never changed."""
+
+    __slots__ = ("_live", "_packed")
+
+    def __init__(self, packed: dict[PartitionKey, bytes] | None = None,
+                 live: dict[PartitionKey, PartitionState] | None = None) -> None:
+        self._packed = packed if packed is not None else {}
+        self._live = live if live is not None else {}
+
+    def get(self, key: PartitionKey, default: Any = None) -> Any:
+        state = self._live.get(key)
+        if state is None:
+            packed = self._packed.get(key)
+            if packed is None:
+                return default
+            state = self._live[key] = pickle.loads(packed)
+        return state
+
+    def __getitem__(self, key: PartitionKey) -> PartitionState:
+        state: PartitionState | None = self.get(key)
+        if state is None:
+            raise KeyError(key)
+        return state
+
+    def __setitem__(self, key: PartitionKey, state: PartitionState) -> None:
+        self._live[key] = state
+
+    def __delitem__(self, key: PartitionKey) -> None:
+        found = self._live.pop(key, None) is not None
+        if self._packed.pop(key, None) is None and not found:
+            raise KeyError(key)
+
+    def __iter__(self) -> Iterator[PartitionKey]:
+        return iter(self._packed.keys() | self._live.keys())
+
+    def __len__(self) -> int:
+        return len(self._packed.keys() | self._live.keys())
+
+    def copy(self) -> PackedTable:
+        return PackedTable(dict(self._packed), dict(self._live))
+
+    def unpickled(self) -> int:
+        """How many partitions were unpickled or set since the table was loaded (these are pickled again)."""
+        return len(self._live)
+
+    def packed(self) -> dict[PartitionKey, bytes]:
+        """Every partition's pickled state: those never unpickled as they were loaded."""
+        out = dict(self._packed)
+        dumps, protocol = pickle.dumps, pickle.HIGHEST_PROTOCOL
+        for key, state in self._live.items():
+            out[key] = dumps(state, protocol=protocol)
+        return out
+
+
+Table = TypeVar("Table", PackedTable, dict[PartitionKey, PartitionState])
+"""What the bucket steps take and give back: the state store's :class:`PackedTable`, or a plain dict (tests)."""
 
 KIND_EVENT = "event"
 KIND_PARTITION = "partition"
@@ -124,7 +187,7 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
                                   for text in samples.loc[bad, "sample"].tolist()]
     ordered = samples[~bad].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
-    table = dict(table)
+    table = table.copy()
     loads = json.loads
     for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
         s = loads(text)
@@ -142,14 +205,14 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
 def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, list[dict[str, Any]]]:
     """The timer: STALE for every partition silent for longer than ``cfg.stale_after_ms``."""
     rows: list[dict[str, Any]] = []
-    table = dict(table)
+    expired = table.copy()  # holds only what changed as new states (a PackedTable re-pickles only those)
     for key, state in table.items():
         new, events = expire(state, now_ms, cfg)
         if events:
-            table[key] = new
+            expired[key] = new
             rows.extend(event_row(e) for e in events)
             rows.append(partition_row(metrics_of(new), new))
-    return table, rows
+    return expired, rows
 
 
 _EMPTY_ROW: dict[str, Any] = dict.fromkeys(OUTPUT_COLUMNS)
@@ -167,7 +230,8 @@ Step = Callable[[str, int], None]
 
 
 class BucketTable:
-    """A bucket's partition table in the state store: one pickled value.
+    """A bucket's partition table in the state store: one pickled value, the :class:`PackedTable`'s map of
+    pickled states (written before session 7: the map of the states themselves, still read).
 
     A list state of one row, not a value state: a list state's put travels to the JVM as Arrow, read in full,
     while a value state's update travels in one protobuf message that Spark 4.0.0 reads with InputStream.read,
@@ -177,14 +241,26 @@ class BucketTable:
     def __init__(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getListState("partitions", STATE_SCHEMA)
 
-    def load(self) -> Table:
+    def load(self) -> PackedTable:
         if not self.state.exists():
-            return {}
+            return PackedTable()
         rows = list(self.state.get())
-        return pickle.loads(rows[0][0]) if rows and rows[0][0] is not None else {}
+        return unpack(rows[0][0] if rows else None)
 
-    def save(self, table: Table) -> None:
-        self.state.put([(pickle.dumps(table, protocol=pickle.HIGHEST_PROTOCOL),)])
+    def save(self, table: PackedTable | dict[PartitionKey, PartitionState]) -> None:
+        self.state.put([(pack(table),)])
+
+
+def pack(table: PackedTable | dict[PartitionKey, PartitionState]) -> bytes:
+    packed = table.packed() if isinstance(table, PackedTable) else PackedTable(live=dict(table)).packed()
+    return pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def unpack(value: bytes | None) -> PackedTable:
+    table = pickle.loads(value) if value is not None else {}
+    if all(isinstance(v, bytes) for v in table.values()):
+        return PackedTable(table)
+    return PackedTable(live=table)  # the format before session 7: states, not their pickles
 
 
 class ReplicationProcessor(StatefulProcessor):

@@ -4,6 +4,7 @@ exporter (series budget, aggregates, counters), the events de-duplication and th
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,17 @@ from collectors.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter, scrape
 from streaming.metrics_catalog import CATALOG
-from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, QUARANTINED, expire_bucket, process_bucket
+from streaming.processor import (
+    KIND_EVENT,
+    KIND_PARTITION,
+    KIND_QUARANTINE,
+    QUARANTINED,
+    PackedTable,
+    expire_bucket,
+    pack,
+    process_bucket,
+    unpack,
+)
 from streaming.sinks import HistoryWriter, RecentIds, read_events
 
 CFG = DetectConfig(stale_after_ms=10_000)
@@ -66,6 +77,34 @@ def test_quarantined_records_pass_through_the_processor_untouched() -> None:
     assert set(table) == {("c", "t", 0)}
     only_bad, rows = process_bucket(table, batch.iloc[1:], CFG, now_ms=2_000_000)
     assert only_bad == table and [r["kind"] for r in rows] == [KIND_QUARANTINE] * 2
+
+
+def test_a_packed_table_unpickles_and_pickles_again_only_the_partitions_a_batch_reaches() -> None:
+    first = frame(*[sample(1, [1, 2, 3], partition=p) for p in range(10)])
+    plain, _ = process_bucket({}, first, CFG, now_ms=2_000_000)
+    stored = pack(plain)
+    loaded = unpack(stored)
+    assert dict(loaded.items()) == plain and loaded.unpickled() == 10  # items() unpickled them all
+    loaded = unpack(stored)
+    # the next batch reaches partitions 3 and 7: the same outcome as on the plain table
+    shrink = frame(sample(2, [1, 2], partition=3, leos={1: 120, 2: 120, 3: 100}), sample(2, [1, 2, 3], partition=7))
+    table, rows = process_bucket(loaded, shrink, CFG, now_ms=2_001_000)
+    expected_table, expected_rows = process_bucket(plain, shrink, CFG, now_ms=2_001_000)
+    assert rows == expected_rows and [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["ISR_SHRINK"]
+    assert isinstance(table, PackedTable) and table.unpickled() == 2 and loaded.unpickled() == 0
+    before, after = pickle.loads(stored), table.packed()
+    assert [p for (_, _, p) in sorted(after) if after[("c", "t", p)] != before[("c", "t", p)]] == [3, 7]
+    assert dict(unpack(pack(table)).items()) == expected_table
+    # the timer re-pickles only the partitions it marks stale
+    quiet, stale_rows = expire_bucket(unpack(pack(table)), CFG, now_ms=2_000_000 + 10_500)
+    assert quiet.unpickled() == len([r for r in stale_rows if r["kind"] == KIND_PARTITION]) == 8
+
+
+def test_a_bucket_table_stored_before_packing_is_read() -> None:
+    plain, _ = process_bucket({}, frame(sample(1, [1, 2, 3]), sample(1, [1, 2], partition=1)), CFG, now_ms=2_000_000)
+    old = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)  # what BucketTable.save wrote until session 7
+    assert dict(unpack(old).items()) == plain == dict(unpack(pack(unpack(old))).items())
+    assert dict(unpack(None).items()) == {}
 
 
 def test_timer_marks_silent_partitions_stale_once() -> None:
