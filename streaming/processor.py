@@ -1,7 +1,8 @@
 """The stateful heart of the job: samples of a state bucket in, events and per-partition metrics out.
 
 Partitions are hashed into ``stream.state_buckets`` buckets; each bucket keeps ONE state value, the pickled map
-``(cluster, topic, partition) -> PartitionState`` of its partitions. Per-key state calls from Python cost ~1
+``(cluster, topic, partition) -> pickled PartitionState`` of its partitions (:class:`PackedTable`: a batch
+unpickles and pickles again only the partitions it reaches). Per-key state calls from Python cost ~1
 ms each, so a key per partition would cap the job at a few thousand samples per second; a bucket costs one read
 and one write per micro-batch whatever its size (with the rest of a bucket call, ~9 ms: hence few buckets).
 The detection itself is :mod:`streaming.detect` (pure, tested without Spark); this module only moves rows in
