@@ -55,13 +55,20 @@ def spark() -> Iterator[SparkSession]:
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """One 3-broker cluster for the session; its JVMs die with the test process even if it crashes."""
+def cluster(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[LocalCluster]:
+    """One 3-broker cluster for the session; its JVMs die with the test process even if it crashes. After a
+    failed test its directory (the brokers' logs) is kept, and named in the summary."""
     local = LocalCluster.up(tmp_path_factory.mktemp("cluster"), brokers=3, die_with_parent=True)
     try:
         yield local
     finally:
-        local.down(purge=True)
+        failed = request.session.testsfailed
+        local.down(purge=not failed)
+        if failed:
+            reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"the session cluster's directory, kept after {failed} failed test(s): "
+                                    f"{local.spec.dir}")
 
 
 HEAL_DEADLINE_S = 90
