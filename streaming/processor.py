@@ -83,10 +83,11 @@ class PackedTable(MutableMapping[PartitionKey, PartitionState]):
             raise KeyError(key)
 
     def __iter__(self) -> Iterator[PartitionKey]:
-        return iter(self._packed.keys() | self._live.keys())
+        yield from self._packed
+        yield from (key for key in self._live if key not in self._packed)
 
-    def __len__(self) -> int:
-        return len(self._packed.keys() | self._live.keys())
+    def __len__(self) -> int:  # per bucket call: no set of its thousands of keys; the live ones are few
+        return len(self._packed) + sum(key not in self._packed for key in self._live)
 
     def copy(self) -> PackedTable:
         return PackedTable(dict(self._packed), dict(self._live))
@@ -259,7 +260,7 @@ def pack(table: PackedTable | dict[PartitionKey, PartitionState]) -> bytes:
 
 def unpack(value: bytes | None) -> PackedTable:
     table = pickle.loads(value) if value is not None else {}
-    if all(isinstance(v, bytes) for v in table.values()):
+    if isinstance(next(iter(table.values()), b""), bytes):  # one format per table: its first value tells
         return PackedTable(table)
     return PackedTable(live=table)  # the format before session 7: states, not their pickles
 
