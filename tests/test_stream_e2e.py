@@ -201,11 +201,38 @@ def _panel_queries() -> list[tuple[str, str, str]]:
     return out
 
 
-def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: Prometheus) -> None:
+# Panels that filter with a comparison show what is wrong *now*: on a healthy cluster they are empty by design.
+# Each one's condition is caused on the cluster before its query is checked, by the variable it depends on.
+CONDITION_PANELS = {
+    ("replmon-brokers", "Replicas out of ISR"): "a follower on the selected broker paused until its replica "
+                                                "leaves the ISR",
+}
+_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)(?![^{]*})")  # outside label matchers
+
+
+def _wait_all_have_data(prometheus: Prometheus, queries: list[tuple[str, str, str]]) -> None:
+    empty: list[tuple[str, str, str]] = []
+
+    def all_have_data() -> bool:
+        empty[:] = [(u, t, q) for u, t, q in queries if not prometheus.query(q)]
+        return not empty
+
+    try:  # a rate() over a series born seconds ago needs its second scrape
+        wait_until(all_have_data, 30, "every panel query to return data", interval_s=1.0)
+    except AssertionError:
+        pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
+
+
+def test_every_dashboard_panel_query_returns_data_from_the_live_run(
+    prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
     values = _variables(prometheus)
     queries = _panel_queries()
     committed = {p.stem for p in (ROOT / "dashboards" / "generated").glob("*.json")}
     assert {uid for uid, _, _ in queries} == committed
+    conditional = {(uid, title) for uid, title, expr in queries if _COMPARISON.search(expr)}
+    assert conditional == set(CONDITION_PANELS), "a panel that filters on a condition needs its fault caused here"
     absent = {name for name in NO_DATA_METRICS if not prometheus.query(f"count({{__name__={name!r}}})")}
     expect_data = [(uid, title, _substitute(expr, values)) for uid, title, expr in queries
                    if not any(name in expr for name in absent)]
@@ -216,18 +243,17 @@ def test_every_dashboard_panel_query_returns_data_from_the_live_run(prometheus: 
         if any(name in expr for name in absent):
             query = _substitute(expr, values)
             assert not prometheus.query(query), f"{uid}/{title}: data from a metric without series: {query}"
-
-    empty: list[tuple[str, str, str]] = []
-
-    def all_have_data() -> bool:
-        empty[:] = [(u, t, q) for u, t, q in expect_data if not prometheus.query(q)]
-        return not empty
-
-    try:  # a rate() over a series born seconds ago needs its second scrape
-        wait_until(all_have_data, 30, "every panel query to return data", interval_s=1.0)
-    except AssertionError:
-        pytest.fail("panel queries without data:\n" + "\n".join(f"{u} / {t}: {q}" for u, t, q in empty))
+    _wait_all_have_data(prometheus, [q for q in expect_data if q[:2] not in CONDITION_PANELS])
     assert "replmon_committed_messages_lost_total" not in absent
+
+    # the conditions, caused: a follower on the selected broker falls out of the ISR (producing all along)
+    broker = int(values["broker"])
+    kafka_view.create_topic(e2e_topic, assignment={0: [1 if broker != 1 else 2, broker]})
+    producer_factory(e2e_topic).wait_acknowledged(20)
+    healthy_cluster.pause(broker)
+    wait_until(lambda: broker not in kafka_view.partition(e2e_topic).isr, 30, f"Kafka to drop broker {broker}")
+    _wait_all_have_data(prometheus, [q for q in expect_data if q[:2] in CONDITION_PANELS])
+    healthy_cluster.resume(broker)
 
 
 def test_bad_samples_are_quarantined_and_the_job_goes_on(
