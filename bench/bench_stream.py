@@ -73,7 +73,7 @@ BUCKETS_NOTE = (
     "--heap-partitions 20000 --phase-timeout 60 --warmup-timeout 120 --no-write --state-buckets N`: backlog "
     "capacity 3,306 samples/s with 256 buckets and 4,360 with 32 (stateless baseline 12,406 and 12,633 in the "
     "same runs); in the workers, seconds per million samples for input + state + output, 114 with 256 buckets, "
-    "40 with 32. At 300k partitions 32 buckets hold ~10k partitions each (~8 MB tables, tested in "
+    "40 with 32. At 300k partitions 32 buckets hold ~10k partitions each (~2 MB tables, tested in "
     "tests/test_stream_state.py)."
 )
 HIST_STEP_S = 0.01

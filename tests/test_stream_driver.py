@@ -105,6 +105,10 @@ def test_a_bucket_table_stored_before_packing_is_read() -> None:
     old = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)  # what BucketTable.save wrote until session 7
     assert dict(unpack(old).items()) == plain == dict(unpack(pack(unpack(old))).items())
     assert dict(unpack(None).items()) == {}
+    # session 7: each partition's state pickled whole (now dump_state, without class names nor its identity)
+    whole = pickle.dumps({k: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for k, v in plain.items()})
+    assert dict(unpack(whole).items()) == plain == dict(unpack(pack(unpack(whole))).items())
+    assert len(pack(plain)) < len(whole)
 
 
 def test_timer_marks_silent_partitions_stale_once() -> None:

@@ -16,14 +16,25 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 from pyspark.sql.types import LongType, StructField, StructType
 
-from streaming.processor import BucketTable
+from collectors.samples import PartitionSample, ReplicaOffsets, to_json
+from streaming.detect import DetectConfig
+from streaming.processor import (
+    KIND_EVENT,
+    KIND_PARTITION,
+    OUTPUT_SCHEMA,
+    BucketTable,
+    PackedTable,
+    ReplicationProcessor,
+)
+from streaming.state import PartitionState
 from tests.kafka_view import wait_until
 
 pytestmark = [pytest.mark.spark]
 
 ENTRY_BYTES = 2_000_000
-"""What each micro-batch adds to the bucket's table: incompressible bytes, so that the pickled table grows by
-as much (300k partitions in the default 32 buckets make ~8 MB tables)."""
+"""What each micro-batch adds to the bucket's table: a partition state holding that many random characters
+(incompressible), so that the stored table grows by at least as much (300k partitions in the default 32 buckets
+make ~2 MB tables)."""
 OUTPUT = StructType([StructField("entries_before", LongType()), StructField("table_bytes", LongType())])
 
 
@@ -37,11 +48,12 @@ class GrowingTable(StatefulProcessor):
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
         for _ in rows:
             pass
-        table: dict[Any, Any] = self.table.load()
+        table = self.table.load() or PackedTable()
         before = len(table)
-        table[("c", "t", before)] = os.urandom(ENTRY_BYTES)
+        table[("c", "t", before)] = PartitionState.new("c", "t", before, os.urandom(ENTRY_BYTES).decode("latin-1"))
         self.table.save(table)
-        yield pd.DataFrame({"entries_before": [before], "table_bytes": [sum(len(v) for v in table.values())]})
+        yield pd.DataFrame({"entries_before": [before],
+                            "table_bytes": [sum(len(state.meta.topic_id or "") for state in table.values())]})
 
     def close(self) -> None:
         pass
@@ -82,3 +94,45 @@ def test_python_workers_import_nothing_from_the_archives_spark_puts_on_their_pat
     assert "pyspark.zip" in pythonpath  # the archive is on the worker's path, as Spark puts it
     assert ".zip" not in pyspark_file and pyspark_file.endswith("pyspark/__init__.py"), pyspark_file
     assert archives == []
+
+
+def _sample_text(partition: int) -> str:
+    """A partition sample's JSON with ``%d`` where its cycle and sample time go (filled in by Spark)."""
+    sample = PartitionSample(cluster="c", collector_id="x", cycle=123456789, sample_time_ms=987654321, topic="t",
+                             partition=partition, leader=1, leader_epoch=0, replicas=[1], isr=[1], high_watermark=0,
+                             replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=0)])
+    return to_json(sample).decode().replace("123456789", "%d").replace("987654321", "%d")
+
+
+def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
+        spark: SparkSession, tmp_path: Any) -> None:
+    """The job's processor on a real query: one bucket, partition 0 sampled for ~1 s, partition 1 for ~3 s, then
+    silence. Each goes STALE once, 2 s after its last sample: the second needs the bucket's timer to have fired,
+    and registered the next one, several times without any sample arriving."""
+    cfg = DetectConfig(stale_after_ms=2000)  # a timer every second
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load().where("value < 15")
+    partition = F.when((F.col("value") < 6) & (F.col("value") % 2 == 0), 0).otherwise(1)
+    time_ms = (F.col("timestamp").cast("double") * 1000).cast("long")
+    text = F.when(partition == 0, F.format_string(_sample_text(0), "value", time_ms)).otherwise(
+        F.format_string(_sample_text(1), "value", time_ms))
+    samples = rows.select(F.lit(0).alias("bucket"), F.lit("p").alias("kind"), text.alias("sample"),
+                          time_ms.alias("sample_time_ms"), F.col("value").alias("cycle"))
+    query = (samples.groupBy("bucket")
+             .transformWithStateInPandas(ReplicationProcessor(cfg), OUTPUT_SCHEMA, "Append", "ProcessingTime")
+             .writeStream.format("memory").queryName("stale_timers").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="500 milliseconds")
+             .start())
+    try:
+        def stale() -> list[int]:
+            assert query.exception() is None, query.exception()
+            return sorted(r[0] for r in spark.sql(
+                f"SELECT partition FROM stale_timers WHERE kind = '{KIND_EVENT}' AND event_type = 'STALE'").collect())
+
+        wait_until(lambda: stale() == [0, 1], 120, "STALE for both partitions")
+    finally:
+        query.stop()
+    assert stale() == [0, 1]  # once each
+    last = {r[0]: r[1] for r in spark.sql(
+        f"SELECT partition, max(sample_time_ms) FROM stale_timers WHERE kind = '{KIND_PARTITION}' "
+        "AND NOT stale GROUP BY partition").collect()}
+    assert last[1] - last[0] >= 1000  # partition 1 was sampled for longer: its STALE came from a later timer
