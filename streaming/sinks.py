@@ -195,22 +195,22 @@ class HistoryWriter:
     def write_partitions(self, rows: pd.DataFrame, batch_id: int) -> None:
         if rows.empty:
             return
+        keys = zip(rows["cluster"].tolist(), rows["topic"].tolist(), rows["partition"].astype("int64").tolist(),
+                   strict=True)
+        signatures = zip(*(rows[c].tolist() for c in SNAPSHOT_SIGNATURE), strict=True)
         keep = []
-        for i, row in enumerate(rows.itertuples(index=False)):
-            key = (row.cluster, row.topic, int(row.partition))
-            signature = tuple(getattr(row, c) for c in SNAPSHOT_SIGNATURE)
+        times = rows["sample_time_ms"].tolist()
+        for i, (key, time_ms, signature) in enumerate(zip(keys, times, signatures, strict=True)):
             last = self._last.get(key)
-            due = last is None or row.sample_time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS
-            if due or last[1:] != signature:  # type: ignore[index]
-                self._last[key] = (row.sample_time_ms, *signature)
+            if last is None or time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS or last[1:] != signature:
+                self._last[key] = (time_ms, *signature)
                 keep.append(i)
         if keep:
             chosen = rows.iloc[keep]
-            columns = chosen[[f.name for f in self.partition_schema]].astype(object)
-            records = columns.where(columns.notna(), None).to_dict("records")
-            for record in records:
-                record["follower_lag"] = list((record["follower_lag"] or {}).items())
-            table = pa.Table.from_pylist(records, schema=self.partition_schema)
+            columns = chosen[self.partition_schema.names].copy()
+            columns["follower_lag"] = [lag if isinstance(lag, dict) else {} for lag in columns["follower_lag"]]
+            # straight from the frame (not via records: 3x slower): Arrow takes a float column's NaN as null
+            table = pa.Table.from_pandas(columns, schema=self.partition_schema, preserve_index=False)
             self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
 
 

@@ -214,3 +214,25 @@ def test_history_files_share_one_schema_whatever_is_null(tmp_path: Path) -> None
     assert partitions["min_insync_replicas"].isna().sum() == 2
     events = read_events(tmp_path)
     assert list(events["event_id"]) == ["a", "b"] and list(events["brokers"][1]) == [3]
+
+
+def test_history_snapshots_hold_the_values_and_come_on_a_change_or_once_a_minute(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    writer = HistoryWriter(tmp_path)
+    rows = metrics_rows(3, unhealthy={1}).astype({"hw_lag": "float64", "follower_lag": object})
+    rows.loc[0, "hw_lag"] = float("nan")  # a null as the driver's collect gives it
+    rows.at[2, "follower_lag"] = None
+    writer.write_partitions(rows, batch_id=1)
+    offsets_moved = rows.assign(sample_time_ms=6_000, high_watermark=15)
+    offsets_moved.loc[1, ["isr_size", "health"]] = [1, 1]  # partition 1 changes more than its offsets
+    writer.write_partitions(offsets_moved, batch_id=2)
+    writer.write_partitions(rows.assign(sample_time_ms=5_000 + 60_000), batch_id=3)
+    written = pq.read_table(str(tmp_path / "partitions")).sort_by([("sample_time_ms", "ascending"),
+                                                                   ("partition", "ascending")]).to_pylist()
+    assert [(r["partition"], r["sample_time_ms"]) for r in written] == [
+        (0, 5_000), (1, 5_000), (2, 5_000), (1, 6_000), (0, 65_000), (1, 65_000), (2, 65_000)]
+    first = written[:3]
+    assert first[0]["hw_lag"] is None and first[1]["hw_lag"] == 0
+    assert dict(first[1]["follower_lag"]) == {2: 0, 3: 7} and first[2]["follower_lag"] == []
+    assert first[1]["isr"] == [1, 2] and written[3]["isr_size"] == 1 and written[3]["high_watermark"] == 15
