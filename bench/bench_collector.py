@@ -36,6 +36,7 @@ from collectors.samples import CycleSample, PartitionSample  # noqa: E402
 from replmon.config import ClusterConfig, CollectorConfig, TopicFilter  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
 from replmon.localcluster.cluster import cluster_pids  # noqa: E402
+from replmon.processes import interrupt_on_sigterm  # noqa: E402
 
 TOPIC_PARTITIONS = 1000
 REFRESH = 1_000_000  # no lineage/config refresh during the timed cycles
@@ -151,7 +152,7 @@ def main() -> int:
     command = "python bench/bench_collector.py " + shlex.join(sys.argv[1:])
     rows: list[Row] = []
     note = ""
-    with tempfile.TemporaryDirectory(prefix="replmon-bench-") as tmp:
+    with interrupt_on_sigterm(), tempfile.TemporaryDirectory(prefix="replmon-bench-") as tmp:
         cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=args.brokers, die_with_parent=True, remember=False,
                                   overrides=BROKER_OVERRIDES, broker_jvm_options=BROKER_JVM)
         try:

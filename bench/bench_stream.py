@@ -58,6 +58,7 @@ from replmon.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa:
 from replmon.kafka_topics import ensure_topic  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
 from replmon.localcluster.artifacts import java_executable, kafka_libs  # noqa: E402
+from replmon.processes import interrupt_on_sigterm  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "bench_stream.png"
@@ -853,7 +854,7 @@ def main() -> int:
     if args.partitions % PER_TOPIC and args.partitions > PER_TOPIC:
         parser.error(f"--partitions must be a multiple of {PER_TOPIC}")
     command = ("python bench/bench_stream.py " + shlex.join(sys.argv[1:])).strip()
-    with tempfile.TemporaryDirectory(prefix="replmon-bench-stream-") as tmp:
+    with interrupt_on_sigterm(), tempfile.TemporaryDirectory(prefix="replmon-bench-stream-") as tmp:
         results = run(args, Path(tmp))
     table, notes = report(args, results, command)
     width = max(len(row[0]) for row in table)

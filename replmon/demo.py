@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import psutil
@@ -41,7 +40,7 @@ from replmon.errors import ReplmonError
 from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
 from replmon.localcluster.cluster import die_with_parent, free_port
 from replmon.paths import state_dir
-from replmon.processes import stop_processes
+from replmon.processes import interrupt_on_sigterm, stop_processes
 from replmon.workload import SequencedProducer, readable_sequences
 from streaming.exporter import Scraped, scrape
 
@@ -532,18 +531,6 @@ def _stop_processes(procs: list[psutil.Process], grace_s: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    def handler(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-@contextlib.contextmanager
 def _shielded() -> Iterator[None]:
     """Ignore SIGINT and SIGTERM: the cleanup must run to its end (each of its waits is bounded)."""
     previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
@@ -564,7 +551,7 @@ def demo(args: argparse.Namespace) -> int:
     d.say("a real Kafka cluster, replmon's collector and streaming job, a workload, and five faults")
     ok = False
     try:
-        with _interrupt_on_sigterm():
+        with interrupt_on_sigterm():
             d.start_clusters()
             d.start_pipeline()
             d.start_workload()

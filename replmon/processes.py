@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from types import FrameType
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -24,6 +26,21 @@ def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def interrupt_on_sigterm() -> Iterator[None]:
+    """Inside the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that the ``finally`` clauses that stop
+    what was started run: Python's default SIGTERM ends the process without them (a killed benchmark left its
+    producer JVM running)."""
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
