@@ -14,10 +14,12 @@ One query, ``replmon-state``, reads the samples topic and parses each record onc
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,13 +231,18 @@ class JobStats:
 class StateBatchHandler:
     """foreachBatch of the state query: one collect, then events, metrics and history from the driver."""
 
-    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats) -> None:
+    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate) -> None:
         self.exporter = exporter
         self.stats = stats
+        self.gate = gate
         self.events = EventsPublisher(config)
         self.history = HistoryWriter(config.stream.history_dir)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.gate.batch(batch_id):
+            self.handle(batch, batch_id)
+
+    def handle(self, batch: DataFrame, batch_id: int) -> None:
         out: pd.DataFrame = batch.toPandas()
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
@@ -296,6 +303,48 @@ class ProgressListener(StreamingQueryListener):
         pass
 
 
+STOP_BATCH_WAIT_S = 10.0
+"""How long stopping the job waits for the micro-batch in flight (``replmon run`` gives the job 15 s before a
+SIGKILL)."""
+STOP_POLL_S = 0.02
+
+
+class BatchGate:
+    """Which foreachBatch call is in flight, so that the job stops between two micro-batches.
+
+    Stopping a query interrupts the micro-batch it runs. The batch is replayed on restart (deterministic event ids:
+    nothing lost or counted twice), but an interrupted foreachBatch fails with a Py4J error whose text Spark
+    matches against a regex to tell an interruption from a failure (SPARK-39218), and on PySpark's long error
+    text that regex overflows the stack: a StackOverflowError in the log at every stop. Between batches, a stop
+    interrupts only Spark's own planning or waiting."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: int | None = None
+        self._last = -1
+
+    @contextlib.contextmanager
+    def batch(self, batch_id: int) -> Iterator[None]:
+        """Wraps one foreachBatch call."""
+        with self._lock:
+            self._running = batch_id
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running, self._last = None, max(self._last, batch_id)
+
+    def between_batches(self, query: StreamingQuery) -> bool:
+        """No foreachBatch call in flight, and the last one's micro-batch finished (its progress reported, after
+        its commit)."""
+        with self._lock:
+            running, last = self._running, self._last
+        if running is not None:
+            return False
+        progress = query.lastProgress
+        return last < 0 or (progress is not None and progress.batchId >= last)
+
+
 @dataclass
 class RunningJob:
     spark: SparkSession
@@ -303,10 +352,18 @@ class RunningJob:
     exporter: JobExporter
     stats: JobStats
     port: int
+    gate: BatchGate = field(default_factory=BatchGate)
+    """The foreachBatch handler's (every query's handler wraps its calls in it)."""
 
-    def stop(self) -> None:
+    def stop(self, batch_wait_s: float = STOP_BATCH_WAIT_S) -> None:
+        """Stop every query between two micro-batches (:class:`BatchGate`): the one in flight is let finish (its
+        events published, its commit written) for up to ``batch_wait_s``, and only then interrupted."""
+        deadline = time.monotonic() + batch_wait_s
         for query in self.queries:
             try:
+                while (query.isActive and not self.gate.between_batches(query)
+                       and time.monotonic() < deadline):
+                    time.sleep(STOP_POLL_S)
                 query.stop()
             except Exception as exc:  # stopping is best effort
                 log.warning("stopping %s: %s", query.name, exc)
@@ -336,7 +393,8 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     stats = JobStats()
     spark.streams.addListener(ProgressListener(exporter))
     parsed = parse_samples(kafka_source(spark, config), stream.state_buckets)
-    state_handler = StateBatchHandler(config, exporter, stats)
+    gate = BatchGate()
+    state_handler = StateBatchHandler(config, exporter, stats, gate)
     processed = (processor_input(parsed)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
@@ -345,4 +403,4 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     checkpoint = stream.checkpoint_dir
     state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
                    .option("checkpointLocation", str(checkpoint / "state")).trigger(processingTime=trigger).start())
-    return RunningJob(spark, [state_query], exporter, stats, port)
+    return RunningJob(spark, [state_query], exporter, stats, port, gate)

@@ -6,6 +6,7 @@ partitions, did.)"""
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +19,8 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from collectors.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
+from streaming.exporter import JobExporter
+from streaming.job import BatchGate, JobStats, RunningJob
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
@@ -136,3 +139,38 @@ def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
         f"SELECT partition, max(sample_time_ms) FROM stale_timers WHERE kind = '{KIND_PARTITION}' "
         "AND NOT stale GROUP BY partition").collect()}
     assert last[1] - last[0] >= 1000  # partition 1 was sampled for longer: its STALE came from a later timer
+
+
+def test_stopping_the_job_lets_the_micro_batch_in_flight_finish(spark: SparkSession, tmp_path: Any) -> None:
+    """RunningJob.stop waits for the micro-batch in flight: its foreachBatch returns normally and its commit is
+    written, instead of Spark interrupting it (a replay on restart, and a StackOverflowError in Spark's check of
+    the interrupted batch's error text)."""
+    gate = BatchGate()
+    entered, release = threading.Event(), threading.Event()
+    handled: list[int] = []
+
+    def handler(batch: Any, batch_id: int) -> None:  # as the job's handler: each call wrapped in the gate
+        with gate.batch(batch_id):
+            if not entered.is_set() and batch.count():
+                entered.set()
+                release.wait(120)  # the batch is in flight until the test lets it go
+                handled.append(batch_id)
+
+    checkpoint = tmp_path / "checkpoint"
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream
+             .foreachBatch(handler).option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="500 milliseconds").start())
+    job = RunningJob(spark, [query], JobExporter(series_budget=10), JobStats(), 0, gate)
+    try:
+        assert entered.wait(120), "no micro-batch with rows"
+        stopper = threading.Thread(target=job.stop, kwargs={"batch_wait_s": 120})
+        stopper.start()
+        release.set()
+        stopper.join(120)
+        assert not stopper.is_alive(), "stop() did not return"
+    finally:
+        release.set()
+        query.stop()
+    assert not query.isActive and query.exception() is None
+    assert len(handled) == 1
+    assert (checkpoint / "commits" / str(handled[0])).exists(), "the batch in flight was not committed"
