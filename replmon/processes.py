@@ -29,18 +29,21 @@ def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float
 
 
 @contextlib.contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
+def interrupt_on_sigterm(sigint: bool = False) -> Iterator[None]:
     """Inside the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that the ``finally`` clauses that stop
     what was started run: Python's default SIGTERM ends the process without them (a killed benchmark left its
-    producer JVM running)."""
+    producer JVM running). With ``sigint``, SIGINT does too even where the process inherited it ignored (a child
+    started in the background by a shell)."""
     def handler(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    signums = (signal.SIGTERM, signal.SIGINT) if sigint else (signal.SIGTERM,)
+    previous = {s: signal.signal(s, handler) for s in signums}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:

@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import re
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 from rich.table import Table
 
 from replmon.config import ReplmonConfig, load_config
 from replmon.errors import ReplmonError
-from replmon.processes import stop_processes
+from replmon.processes import interrupt_on_sigterm, stop_processes
 from replmon.targets import with_default_cluster
 
 err = Console(stderr=True, highlight=False)
@@ -33,31 +29,15 @@ def stream_config(path: Path | None) -> ReplmonConfig:
     return config if config.transport.bootstrap_servers else with_default_cluster(config)
 
 
-@contextlib.contextmanager
-def _stop_on_signals() -> Iterator[list[int]]:
-    """SIGTERM and SIGINT end the job gracefully (the current micro-batch completes)."""
-    received: list[int] = []
-
-    def handler(signum: int, _frame: FrameType | None) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield received
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
-
-
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 
 
 def run_job_until_stopped(config: ReplmonConfig) -> int:
-    """Run the job until a signal; call it inside :func:`_stop_on_signals`. A query that fails (on a starved
-    machine Spark's Python workers can time out connecting back) is restarted from its checkpoint, with the same
-    metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job with an error."""
+    """Run the job until a signal; call it inside :func:`~replmon.processes.interrupt_on_sigterm`. A query that
+    fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
+    checkpoint, with the same metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job
+    with an error."""
     from replmon import redact
     from replmon.security import Role, check_access
     from streaming.exporter import JobExporter
@@ -96,7 +76,7 @@ def run_job_until_stopped(config: ReplmonConfig) -> int:
 
 
 def stream(args: argparse.Namespace) -> int:
-    with _stop_on_signals():
+    with interrupt_on_sigterm(sigint=True):  # the current micro-batch completes (RunningJob.stop)
         try:
             return run_job_until_stopped(stream_config(args.config))
         except KeyboardInterrupt:
@@ -121,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     from replmon.localcluster.cluster import die_with_parent
 
     procs: list[subprocess.Popen[bytes]] = []
-    with _stop_on_signals():
+    with interrupt_on_sigterm(sigint=True):  # every child is stopped (stop_processes)
         try:
             config = with_default_cluster(_ensure_local_cluster(load_config(args.config)))
             procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True,
