@@ -392,9 +392,15 @@ def memory(spark: Any) -> dict[str, float]:
 
 
 def first_cycle_batches(partitions: int, batch: int) -> int:
-    """The backlog batches a query needs to read every partition once (at least :data:`WARMUP_BATCHES`): the
-    job creates each partition's state in them, a one-off of a fresh job, so they are not its sustained rate."""
-    return max(WARMUP_BATCHES, -(-partitions // batch))
+    """The backlog batches a query needs to read every partition once: the job creates each partition's state in
+    them, a one-off of a fresh job, so they are not its sustained rate."""
+    return -(-partitions // batch)
+
+
+def rows_per_s(batches: list[dict[str, Any]]) -> float:
+    """Rows / batch duration summed over ``batches`` (query progress reports)."""
+    seconds = sum(p["batchDuration"] for p in batches) / 1000
+    return sum(p["numInputRows"] for p in batches) / seconds if seconds else float("nan")
 
 
 def capacity(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES
@@ -407,9 +413,7 @@ def capacity(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES
     steady = batches[skip:]
     if steady and len(steady) > 1:  # the last one is usually a partial batch
         steady = [p for p in steady if p["numInputRows"] >= 0.9 * max(q["numInputRows"] for q in steady)]
-    rows = sum(p["numInputRows"] for p in steady)
-    seconds = sum(p["batchDuration"] for p in steady) / 1000
-    return (rows / seconds if seconds else float("nan")), len(steady), series
+    return rows_per_s(steady), len(steady), series
 
 
 def profile_summary(profile_dir: Path, since: float, until: float) -> dict[str, float]:
@@ -577,7 +581,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             run_id = str(query.runId)
             return [p for p in log.get(query.name) if p.get("runId") == run_id]
 
-        skip = first_cycle_batches(args.partitions, args.backlog_batch)
+        cycle_batches = results["first_cycle_batches"] = first_cycle_batches(args.partitions, args.backlog_batch)
+        skip = results["skipped_batches"] = max(WARMUP_BATCHES, cycle_batches)
 
         def read_until(query: Any, target: int, timeout_s: float, alive: Callable[[], None],
                        warmup_s: float = 0) -> bool:
@@ -659,10 +664,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         progress = of_run(state_query)
         results["job_read"] = consumed(progress[-1]) if progress else 0
         results["job_rate"], results["job_batches"], results["job_series"] = capacity(progress, skip)
-        first_cycle = [p for p in progress if p["numInputRows"]][1:skip]  # after the first batch (warm-up)
-        results["job_first_cycle_rate"] = (sum(p["numInputRows"] for p in first_cycle)
-                                           / sum(p["batchDuration"] / 1000 for p in first_cycle)
-                                           if first_cycle else float("nan"))
+        # the first cycle after the first batch (warm-up)
+        results["job_first_cycle_rate"] = rows_per_s([p for p in progress if p["numInputRows"]][1:cycle_batches])
         results["job_first_s"] = next((p["batchDuration"] / 1000 for p in progress if p["numInputRows"]),
                                       float("nan"))
         results["backlog_profile"] = profile_summary(profile_dir, job_started, backlog_done)
@@ -792,7 +795,7 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
     trig = args.trigger
     mem = r["memory"]
     ok = {True: "yes", False: "**no**"}
-    skip = first_cycle_batches(args.partitions, args.backlog_batch)
+    skip = r["skipped_batches"]
     baseline_rates = " / ".join(f"{b['rate']:,.0f}" for b in r["baselines"])
     baseline_reads = " / ".join(f"{b['read']:,}" for b in r["baselines"])
     ratio = r["job_rate"] / r["baseline_rate"]
@@ -827,8 +830,9 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         ("stateless baseline capacity (same batches): mean of a run before and a run after the job",
          f"{r['baseline_rate']:,.0f} samples/s ({baseline_rates})",
          "", ""),
-        (f"job, first cycle (batches 2-{skip}: every partition's state created; not in the capacity)",
-         f"{r['job_first_cycle_rate']:,.0f} samples/s", "", ""),
+        *([(f"job, first cycle (batches 2-{r['first_cycle_batches']}: every partition's state created; not in "
+            "the capacity)", f"{r['job_first_cycle_rate']:,.0f} samples/s", "", "")]
+          if r["first_cycle_batches"] > 1 else []),  # a cycle of one batch is the warm-up batch itself
         ("first batch (warm-up, not measured): baseline / job",
          f"{r['baselines'][0]['first_s']:.0f} s / {r['job_first_s']:.0f} s for {args.backlog_batch:,} rows",
          "", ""),
@@ -860,7 +864,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         f"job {r['job_read']:,}) in batches of "
         f"{args.backlog_batch:,} (maxOffsetsPerTrigger; live phases: rate x trigger), trigger {trig:g} s, "
         f"{args.state_buckets} state buckets; "
-        f"the first {skip} batches of each backlog query (the first cycle: every partition read once) excluded; "
+        f"the first {skip} batches of each backlog query (the first cycle, every partition read once, and at "
+        f"least {WARMUP_BATCHES}) excluded; "
         f"{r['quarantined']} samples quarantined.",
         "Capacity = rows / batch duration over the steady backlog batches (the query is never starved). The live "
         "and memory phases each run a fresh job (new checkpoint, startingOffsets latest), so neither inherits the "
