@@ -309,6 +309,31 @@ SIGKILL)."""
 STOP_POLL_S = 0.02
 
 
+class BatchStopped(Exception):
+    """A micro-batch's foreachBatch failed because the job was being stopped (its Spark job cancelled or its call
+    interrupted): the failure again, in a text Spark's check of it can read (:class:`BatchGate`).
+
+    The text is the error's first line and the Java exceptions behind it, one line each, without PySpark's
+    Python traceback and Java stack traces: their length sends the check's regex into a StackOverflowError.
+    From these lines Spark tells an interruption by the stop (the cancelled job group, or an
+    InterruptedException behind a Py4JJavaError) from a failure, and ends the query as stopped."""
+
+    def __init__(self, batch_id: int, error: BaseException) -> None:
+        super().__init__(f"micro-batch {batch_id} stopped: " + " <- ".join(error_lines(error)))
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """A PySpark error as ``module.Type: first line``, then the Java exceptions behind it (a Py4JJavaError's
+    ``java_exception``, a captured exception's origin), outermost first, each its ``toString()`` on one line."""
+    kind = type(error)
+    lines = [f"{kind.__module__}.{kind.__qualname__}: {(str(error).splitlines() or [''])[0]}"]
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    while throwable is not None and len(lines) <= 10:
+        lines.append(" ".join(str(throwable.toString()).split()))
+        throwable = throwable.getCause()
+    return lines
+
+
 class BatchGate:
     """Which foreachBatch call is in flight, so that the job stops between two micro-batches.
 
@@ -316,12 +341,18 @@ class BatchGate:
     nothing lost or counted twice), but an interrupted foreachBatch fails with a Py4J error whose text Spark
     matches against a regex to tell an interruption from a failure (SPARK-39218), and on PySpark's long error
     text that regex overflows the stack: a StackOverflowError in the log at every stop. Between batches, a stop
-    interrupts only Spark's own planning or waiting."""
+    interrupts only Spark's own planning or waiting.
+
+    When a stop has to interrupt a batch after all (it ran past the wait, or the next one started just before the
+    stop), the batch's error is raised again as :class:`BatchStopped`, a few lines long: Spark recognises the
+    interruption in it and ends the query as stopped, without the regex's overflow; the batch, not committed, is
+    replayed on restart."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._running: int | None = None
         self._last = -1
+        self._stopping = False
 
     @contextlib.contextmanager
     def batch(self, batch_id: int) -> Iterator[None]:
@@ -330,9 +361,17 @@ class BatchGate:
             self._running = batch_id
         try:
             yield
+        except Exception as exc:
+            if self._stopping:  # the stop cancelled the batch's Spark job: it is replayed on restart
+                raise BatchStopped(batch_id, exc) from None
+            raise
         finally:
             with self._lock:
                 self._running, self._last = None, max(self._last, batch_id)
+
+    def stopping(self) -> None:
+        """The queries are being stopped: a batch that fails from now on was interrupted by the stop."""
+        self._stopping = True
 
     def between_batches(self, query: StreamingQuery) -> bool:
         """No foreachBatch call in flight, and the last one's micro-batch finished (its progress reported, after
@@ -364,6 +403,7 @@ class RunningJob:
                 while (query.isActive and not self.gate.between_batches(query)
                        and time.monotonic() < deadline):
                     time.sleep(STOP_POLL_S)
+                self.gate.stopping()
                 query.stop()
             except Exception as exc:  # stopping is best effort
                 log.warning("stopping %s: %s", query.name, exc)

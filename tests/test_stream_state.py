@@ -174,3 +174,43 @@ def test_stopping_the_job_lets_the_micro_batch_in_flight_finish(spark: SparkSess
     assert not query.isActive and query.exception() is None
     assert len(handled) == 1
     assert (checkpoint / "commits" / str(handled[0])).exists(), "the batch in flight was not committed"
+
+
+def test_a_stop_that_interrupts_a_micro_batch_ends_the_query_as_stopped(spark: SparkSession, tmp_path: Any) -> None:
+    """When stopping has to interrupt a micro-batch (here: no wait at all, while its foreachBatch runs a Spark job
+    that would take hours), the query ends as stopped: no error, no StackOverflowError from Spark's check of
+    PySpark's error text, and the batch is not committed (replayed on restart)."""
+    gate = BatchGate()
+    entered = threading.Event()
+    interrupted: list[int] = []
+
+    def handler(batch: Any, batch_id: int) -> None:  # as the job's handler: each call wrapped in the gate
+        with gate.batch(batch_id):
+            if not entered.is_set() and batch.count():
+                entered.set()
+                try:
+                    spark.range(10**13).agg(F.sum("id")).collect()
+                finally:
+                    interrupted.append(batch_id)
+
+    checkpoint = tmp_path / "checkpoint"
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream
+             .foreachBatch(handler).option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="500 milliseconds").start())
+    job = RunningJob(spark, [query], JobExporter(series_budget=10), JobStats(), 0, gate)
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    system_err, stderr = jvm.java.lang.System.err, jvm.java.io.ByteArrayOutputStream()
+    jvm.java.lang.System.setErr(jvm.java.io.PrintStream(stderr, True))  # where a thread's uncaught error goes
+    try:
+        assert entered.wait(120), "no micro-batch with rows"
+        wait_until(lambda: bool(spark.sparkContext.statusTracker().getActiveJobsIds()), 60, "the long Spark job")
+        job.stop(batch_wait_s=0)
+    finally:
+        query.stop()
+        jvm.java.lang.System.setErr(system_err)
+    assert not query.isActive and query.exception() is None, query.exception()
+    assert len(interrupted) == 1
+    assert not (checkpoint / "commits" / str(interrupted[0])).exists(), "the interrupted batch was committed"
+    assert (checkpoint / "offsets" / str(interrupted[0])).exists()  # planned: read again on restart
+    assert "StackOverflowError" not in str(stderr.toString())
