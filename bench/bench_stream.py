@@ -478,13 +478,15 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax1.legend(loc="upper right", fontsize=8)
     ax1.set_title(f"replmon streaming job: {results['partitions']:,} partitions x RF 3, trigger "
                   f"{results['trigger']:g} s, {os.cpu_count()} cores")
-    batches = [b for _, phase in phases for b in phase["latency_batches"]]
-    if batches:
+    figures = (("newest_delay", "o-", "C0", "newest sample of the batch (JobStats)"),
+               ("p95", "s-", "C1", "p95 over the partitions of the batch"),
+               ("max", "^-", "C2", "max over the partitions of the batch"))
+    for index, (_, phase) in enumerate(phases):  # a line per phase: the phases are separate jobs
+        batches = phase["latency_batches"]
         offsets = [b["t"] - t0 for b in batches]
-        ax2.plot(offsets, [b["newest_delay"] for b in batches], "o-", ms=3,
-                 label="newest sample of the batch (JobStats)")
-        ax2.plot(offsets, [b["p95"] for b in batches], "s-", ms=3, label="p95 over the partitions of the batch")
-        ax2.plot(offsets, [b["max"] for b in batches], "^-", ms=3, label="max over the partitions of the batch")
+        for key, style, color, label in figures:
+            ax2.plot(offsets, [b[key] for b in batches], style, ms=3, color=color,
+                     label=label if index == 0 else None)
     ax2.axhline(3 * results["trigger"], color="red", ls=":", label="target p95: 3 trigger intervals")
     ax2.set_ylabel("sample-to-metric latency (s)")
     ax2.set_yscale("log")
@@ -610,7 +612,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def run_baseline(run: str) -> dict[str, Any]:
             """The stateless baseline on the backlog, from its start (a fresh checkpoint per run)."""
-            parsed = parse_samples(kafka_source(spark, config), config.stream.state_buckets)
+            parsed = parse_samples(kafka_source(spark, config), range(config.stream.state_buckets))
             baseline = (processor_input(parsed).writeStream
                         .queryName("bench-baseline").format("noop")
                         .option("checkpointLocation", str(work / run / "checkpoint"))

@@ -177,7 +177,8 @@ class StreamConfig(_Section):
     state_buckets: int = Field(default=32, ge=1, le=65536)
     """Partitions are hashed into this many state buckets, one state value each. Every bucket that gets a
     sample costs a fixed ~9 ms of Python worker time per micro-batch (docs/benchmarks.md, "Streaming job":
-    256 buckets took a third of the throughput of 32); 32 keep a bucket near 10k partitions at 300k."""
+    256 buckets took a third of the throughput of 32); 32 keep a bucket near 10k partitions at 300k. Fixed for
+    the life of a checkpoint (streaming.buckets): a job started with another count on it is refused."""
     starting_offsets: Literal["earliest", "latest"] = "latest"
     """Where a job without a checkpoint starts reading the samples topic; later runs resume from the checkpoint."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)

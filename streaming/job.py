@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from collectors.samples import (
 )
 from replmon.config import ReplmonConfig
 from streaming import schema
+from streaming.buckets import resolve_layout
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
 from streaming.processor import (
@@ -134,11 +135,12 @@ def _once(expression: Column) -> Column:
     return F.when(F.spark_partition_id() >= 0, expression)
 
 
-def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
+def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
     samples ``p``/``r`` and, as the processor takes it, ``sample``: that parse written back as the collectors
     write it (compact JSON, nulls included; for a record written that way, the record itself), the state
-    ``bucket``, and what the quarantine needs (raw value, key, offset).
+    ``bucket`` (one of ``bucket_ids``: :mod:`streaming.buckets`), and what the quarantine needs (raw value, key,
+    offset).
 
     Two paths, one verdict. Every record is parsed once (``SAMPLE_STRUCT``). A record written the way the
     collectors write (:func:`_canonical`) is judged by the checks on that parse alone; any other record (other
@@ -189,7 +191,8 @@ def parse_samples(raw: DataFrame, buckets: int) -> DataFrame:
         parsed[REPLICA_SCHEMA].alias("r"),
         F.coalesce(written[PARTITION_SCHEMA], written[REPLICA_SCHEMA]).alias("sample"),
         reason.alias("reason"), kind.alias("kind"),
-        F.pmod(F.xxhash64(key), F.lit(buckets)).cast("int").alias("bucket"),
+        F.element_at(F.array(*map(F.lit, bucket_ids)),
+                     (F.pmod(F.xxhash64(key), F.lit(len(bucket_ids))) + 1).cast("int")).alias("bucket"),
         either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),
     )
 
@@ -432,7 +435,8 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     port = exporter.serve(stream.metrics_host, stream.metrics_port)
     stats = JobStats()
     spark.streams.addListener(ProgressListener(exporter))
-    parsed = parse_samples(kafka_source(spark, config), stream.state_buckets)
+    layout = resolve_layout(spark, stream.checkpoint_dir, stream.state_buckets)
+    parsed = parse_samples(kafka_source(spark, config), layout.bucket_ids)
     gate = BatchGate()
     state_handler = StateBatchHandler(config, exporter, stats, gate)
     processed = (processor_input(parsed)

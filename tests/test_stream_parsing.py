@@ -36,7 +36,7 @@ def partition_sample(**changes: Any) -> dict[str, Any]:
 
 def parse(spark: SparkSession, values: Sequence[bytes | None]) -> list[dict[str, Any]]:
     rows = [(b"k", v, 0, i) for i, v in enumerate(values)]
-    parsed = parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), buckets=8)
+    parsed = parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids=range(8))
     return [r.asDict(recursive=True) for r in parsed.orderBy("offset").collect()]
 
 
@@ -174,7 +174,7 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
               json.dumps(partition_sample(leader_epoch=-5)).encode()]
     keys = [b"c1/orders/3", b"c1", b"\x00\xfe binary key", None, b"k"]
     rows = [(k, v, 4, 100 + i) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
-    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), buckets=8)).collect()
+    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids=range(8))).collect()
     # the valid cycle sample is dropped; the valid partition sample is passed as the collectors wrote it
     assert sorted(r["kind"] for r in taken) == ["p", "q", "q", "q"]
     assert [json.loads(r["sample"]) for r in taken if r["kind"] == "p"] == [partition_sample()]
@@ -193,7 +193,7 @@ def test_a_filter_on_the_reason_leaves_each_record_parsed_once(spark: SparkSessi
     from pyspark.sql import functions as F
 
     rows = spark.createDataFrame([], KAFKA_RECORD)
-    parsed = parse_samples(rows, buckets=8)
+    parsed = parse_samples(rows, bucket_ids=range(8))
     for kept in (processor_input(parsed), parsed.filter(F.col("reason").isNull()),
                  parsed.filter(F.col("reason").isNotNull())):
         plan = kept._jdf.queryExecution().optimizedPlan().toString()

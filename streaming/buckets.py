@@ -1,0 +1,93 @@
+"""Which state bucket a partition's samples go to, and which of the state query's tasks holds each bucket.
+
+A partition's bucket is ``pmod(xxhash64("cluster/topic/partition"), state_buckets)``; the bucket's *id*, the
+state key, is ``bucket_ids[bucket]``. Spark sends each id to one of the state query's
+``spark.sql.shuffle.partitions`` tasks by Murmur3 hash, and the ids 0..31 split 12 / 20 between 2 tasks: the
+micro-batch waits for the task with 20 (docs/benchmarks.md, "Streaming job"). A new checkpoint gets ids chosen so
+that each task holds as many buckets as the others.
+
+Both numbers are fixed for the life of a checkpoint: a partition hashed into another bucket would start from an
+empty state there (its history gone) while the old bucket kept reporting it, STALE. The layout is written next
+to the checkpoint (:data:`LAYOUT_FILE`) and a configuration that no longer matches it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from replmon.errors import ReplmonError
+
+LAYOUT_FILE = "replmon-buckets.json"
+
+
+class BucketLayout(BaseModel):
+    state_buckets: int
+    shuffle_partitions: int | None
+    """The state query's tasks the ids are balanced over; None for a checkpoint written before layouts were
+    recorded (ids 0..state_buckets-1, as then)."""
+    bucket_ids: list[int]
+
+
+def balanced_ids(task_of: Sequence[int], buckets: int, tasks: int) -> list[int]:
+    """``buckets`` ids, round robin over the ``tasks`` tasks: the k-th bucket gets the smallest unused id whose
+    task (``task_of[id]``) is ``k % tasks``. ``task_of`` must hold enough ids of each task."""
+    by_task: list[list[int]] = [[] for _ in range(tasks)]
+    for bucket_id, task in enumerate(task_of):
+        by_task[task].append(bucket_id)
+    wanted = [len(range(t, buckets, tasks)) for t in range(tasks)]
+    short = [t for t in range(tasks) if len(by_task[t]) < wanted[t]]
+    if short:
+        raise ValueError(f"{len(task_of)} ids are too few for {buckets} buckets on task {short[0]}")
+    return [by_task[k % tasks][k // tasks] for k in range(buckets)]
+
+
+def task_of_ids(spark: SparkSession, count: int, tasks: int) -> list[int]:
+    """The state query's task of each id 0..count-1: Spark's own hash partitioning of the grouping key (Murmur3 of
+    the int, modulo the tasks), computed by Spark."""
+    ids = spark.range(count).select(F.col("id").cast("int").alias("id"))
+    rows = ids.select("id", F.pmod(F.hash("id"), F.lit(tasks)).alias("task")).orderBy("id").collect()
+    return [int(row["task"]) for row in rows]
+
+
+def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int) -> BucketLayout:
+    """The checkpoint's bucket layout: the recorded one (refused when ``state_buckets`` changed), or, recorded
+    now, that of a checkpoint written before layouts were (ids 0..state_buckets-1: the configured count is taken
+    to be the one it was written with) or a new balanced one for a new checkpoint."""
+    path = checkpoint / LAYOUT_FILE
+    if path.exists():
+        try:
+            layout = BucketLayout.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError) as exc:
+            raise ReplmonError(f"cannot read the state bucket layout {path}: {exc}") from exc
+        if layout.state_buckets != state_buckets or len(layout.bucket_ids) != state_buckets:
+            raise ReplmonError(
+                f"stream.state_buckets is {state_buckets}, but the checkpoint {checkpoint} holds its partitions in "
+                f"{layout.state_buckets} buckets: rehashing them would lose their state. Set state_buckets back "
+                f"to {layout.state_buckets}, or give the job a new checkpoint_dir (it starts afresh there).")
+        return layout
+    if (checkpoint / "state" / "offsets").is_dir():  # a checkpoint of a replmon that did not record its layout
+        layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=None,
+                              bucket_ids=list(range(state_buckets)))
+    else:
+        tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
+        layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=tasks,
+                              bucket_ids=new_bucket_ids(spark, state_buckets, tasks))
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    written = path.with_suffix(".tmp")
+    written.write_text(layout.model_dump_json())
+    written.replace(path)
+    return layout
+
+
+def new_bucket_ids(spark: SparkSession, buckets: int, tasks: int) -> list[int]:
+    count = 2 * max(buckets, tasks) + 64
+    while True:  # Murmur3 spreads the ids evenly over the tasks: rarely more than one round
+        try:
+            return balanced_ids(task_of_ids(spark, count, tasks), buckets, tasks)
+        except ValueError:
+            count *= 2

@@ -1,0 +1,88 @@
+"""The state bucket layout (streaming.buckets): ids that split the buckets evenly between the state query's tasks
+under Spark's own hash partitioning, recorded with the checkpoint, and a changed bucket count refused."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from replmon.errors import ReplmonError
+from streaming.buckets import LAYOUT_FILE, BucketLayout, balanced_ids, resolve_layout
+from streaming.job import parse_samples
+from tests.test_stream_parsing import KAFKA_RECORD
+
+
+def test_balanced_ids_take_the_smallest_ids_of_each_task_in_turn() -> None:
+    task_of = [1, 1, 0, 1, 0, 0, 1]  # ids 2, 4, 5 on task 0; ids 0, 1, 3, 6 on task 1
+    assert balanced_ids(task_of, 5, 2) == [2, 0, 4, 1, 5]
+    assert balanced_ids(task_of, 2, 3) == [2, 0]  # more tasks than buckets: the first tasks get one each
+    with pytest.raises(ValueError, match="too few"):
+        balanced_ids(task_of, 8, 2)  # 4 needed on task 0, which has 3
+
+
+@pytest.fixture
+def two_tasks(spark: SparkSession) -> Iterator[SparkSession]:
+    """The job's 2 state tasks (streaming.session), without adaptive execution merging shuffle partitions."""
+    before = {key: spark.conf.get(key) for key in ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")}
+    spark.conf.set("spark.sql.shuffle.partitions", "2")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    yield spark
+    for key, value in before.items():
+        spark.conf.set(key, value)
+
+
+def shuffle_tasks(spark: SparkSession, bucket_ids: list[int]) -> Counter[int]:
+    """How many of the ids each task of a groupBy on them gets: the state query's shuffle (hash partitioning of
+    the grouping key over spark.sql.shuffle.partitions)."""
+    ids = spark.createDataFrame([(i,) for i in bucket_ids], "bucket int")
+    grouped = ids.groupBy("bucket").count().select(F.spark_partition_id().alias("task"))
+    return Counter(row["task"] for row in grouped.collect())
+
+
+@pytest.mark.spark
+def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tasks(
+        two_tasks: SparkSession, tmp_path: Path) -> None:
+    assert shuffle_tasks(two_tasks, list(range(32))) == Counter({1: 20, 0: 12})  # the ids 0..31: one task waits
+    layout = resolve_layout(two_tasks, tmp_path / "checkpoint", 32)
+    assert layout.shuffle_partitions == 2 and len(set(layout.bucket_ids)) == 32
+    assert shuffle_tasks(two_tasks, layout.bucket_ids) == Counter({0: 16, 1: 16})
+    assert resolve_layout(two_tasks, tmp_path / "checkpoint", 32) == layout  # recorded: the same on restart
+    # the job's parse sends every partition to one of the layout's ids, each partition always to the same one
+    rows = [(f"c/t/{p}".encode(), json.dumps({"schema": "partition/v1", "cluster": "c", "topic": "t",
+                                              "partition": p}).encode(), 0, p) for p in range(2000)]
+    parsed = parse_samples(two_tasks.createDataFrame(rows, KAFKA_RECORD), layout.bucket_ids)
+    buckets = {row["offset"]: row["bucket"] for row in parsed.select("offset", "bucket").collect()}
+    assert set(buckets.values()) == set(layout.bucket_ids)
+    again = parse_samples(two_tasks.createDataFrame(rows, KAFKA_RECORD), layout.bucket_ids)
+    assert {row["offset"]: row["bucket"] for row in again.select("offset", "bucket").collect()} == buckets
+
+
+@pytest.mark.spark
+def test_a_checkpoint_written_before_layouts_keeps_its_ids(spark: SparkSession, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "state" / "offsets").mkdir(parents=True)  # a running job's checkpoint, no layout recorded
+    layout = resolve_layout(spark, checkpoint, 8)
+    assert layout == BucketLayout(state_buckets=8, shuffle_partitions=None, bucket_ids=list(range(8)))
+    assert BucketLayout.model_validate_json((checkpoint / LAYOUT_FILE).read_text()) == layout
+
+
+@pytest.mark.spark
+def test_a_changed_bucket_count_is_refused_with_the_way_out(spark: SparkSession, tmp_path: Path) -> None:
+    checkpoint = tmp_path / "checkpoint"
+    resolve_layout(spark, checkpoint, 8)
+    recorded = (checkpoint / LAYOUT_FILE).read_text()
+    with pytest.raises(ReplmonError) as refused:
+        resolve_layout(spark, checkpoint, 16)
+    message = str(refused.value)
+    assert "stream.state_buckets is 16" in message and str(checkpoint) in message
+    assert "Set state_buckets back to 8" in message and "new checkpoint_dir" in message
+    assert (checkpoint / LAYOUT_FILE).read_text() == recorded  # nothing changed
+    (checkpoint / LAYOUT_FILE).write_text("{not json")
+    with pytest.raises(ReplmonError, match="cannot read the state bucket layout"):
+        resolve_layout(spark, checkpoint, 8)
