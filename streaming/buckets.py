@@ -3,8 +3,8 @@
 A partition's bucket is ``pmod(xxhash64("cluster/topic/partition"), state_buckets)``; the bucket's *id*, the
 state key, is ``bucket_ids[bucket]``. Spark sends each id to one of the state query's
 ``spark.sql.shuffle.partitions`` tasks by Murmur3 hash, and the ids 0..31 split 12 / 20 between 2 tasks: the
-micro-batch waits for the task with 20 (docs/benchmarks.md, "Streaming job"). A new checkpoint gets ids chosen so
-that each task holds as many buckets as the others.
+state stage of every micro-batch waits for the task with 20 (docs/benchmarks.md, "Streaming job"). A new
+checkpoint gets ids chosen so that each task holds as many buckets as the others.
 
 Both numbers are fixed for the life of a checkpoint: a partition hashed into another bucket would start from an
 empty state there (its history gone) while the old bucket kept reporting it, STALE. The layout is written next
@@ -54,23 +54,28 @@ def task_of_ids(spark: SparkSession, count: int, tasks: int) -> list[int]:
     return [int(row["task"]) for row in rows]
 
 
-def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int) -> BucketLayout:
+def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int, *, query_started: bool
+                   ) -> BucketLayout:
     """The checkpoint's bucket layout: the recorded one (refused when ``state_buckets`` changed), or, recorded
     now, that of a checkpoint written before layouts were (ids 0..state_buckets-1: the configured count is taken
-    to be the one it was written with) or a new balanced one for a new checkpoint."""
+    to be the one it was written with) or a new balanced one for a new checkpoint. ``query_started``: the state
+    query has a checkpoint of its own already."""
     path = checkpoint / LAYOUT_FILE
     if path.exists():
         try:
             layout = BucketLayout.model_validate_json(path.read_bytes())
         except (OSError, ValidationError) as exc:
             raise ReplmonError(f"cannot read the state bucket layout {path}: {exc}") from exc
-        if layout.state_buckets != state_buckets or len(layout.bucket_ids) != state_buckets:
+        if len(set(layout.bucket_ids)) != layout.state_buckets:
+            raise ReplmonError(f"the state bucket layout {path} is damaged: {len(set(layout.bucket_ids))} distinct "
+                               f"bucket ids for {layout.state_buckets} buckets")
+        if layout.state_buckets != state_buckets:
             raise ReplmonError(
                 f"stream.state_buckets is {state_buckets}, but the checkpoint {checkpoint} holds its partitions in "
                 f"{layout.state_buckets} buckets: rehashing them would lose their state. Set state_buckets back "
                 f"to {layout.state_buckets}, or give the job a new checkpoint_dir (it starts afresh there).")
         return layout
-    if (checkpoint / "state" / "offsets").is_dir():  # a checkpoint of a replmon that did not record its layout
+    if query_started:  # a checkpoint of a replmon that did not record its layout
         layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=None,
                               bucket_ids=list(range(state_buckets)))
     else:
@@ -85,6 +90,7 @@ def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int) ->
 
 
 def new_bucket_ids(spark: SparkSession, buckets: int, tasks: int) -> list[int]:
+    """:func:`balanced_ids` over the first ids whose tasks Spark computed, as many as it takes."""
     count = 2 * max(buckets, tasks) + 64
     while True:  # Murmur3 spreads the ids evenly over the tasks: rarely more than one round
         try:

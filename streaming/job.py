@@ -432,10 +432,13 @@ class RunningJob:
 def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter | None = None) -> RunningJob:
     stream = config.stream
     exporter = exporter or JobExporter(stream.series_budget)
+    checkpoint = stream.checkpoint_dir
+    query_checkpoint = checkpoint / "state"
+    layout = resolve_layout(spark, checkpoint, stream.state_buckets,
+                            query_started=(query_checkpoint / "offsets").is_dir())
     port = exporter.serve(stream.metrics_host, stream.metrics_port)
     stats = JobStats()
     spark.streams.addListener(ProgressListener(exporter))
-    layout = resolve_layout(spark, stream.checkpoint_dir, stream.state_buckets)
     parsed = parse_samples(kafka_source(spark, config), layout.bucket_ids)
     gate = BatchGate()
     state_handler = StateBatchHandler(config, exporter, stats, gate)
@@ -444,7 +447,6 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
                      stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime"))
     trigger = f"{stream.trigger_interval_s} seconds"
-    checkpoint = stream.checkpoint_dir
     state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
-                   .option("checkpointLocation", str(checkpoint / "state")).trigger(processingTime=trigger).start())
+                   .option("checkpointLocation", str(query_checkpoint)).trigger(processingTime=trigger).start())
     return RunningJob(spark, [state_query], exporter, stats, port, gate)

@@ -49,10 +49,11 @@ def shuffle_tasks(spark: SparkSession, bucket_ids: list[int]) -> Counter[int]:
 def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tasks(
         two_tasks: SparkSession, tmp_path: Path) -> None:
     assert shuffle_tasks(two_tasks, list(range(32))) == Counter({1: 20, 0: 12})  # the ids 0..31: one task waits
-    layout = resolve_layout(two_tasks, tmp_path / "checkpoint", 32)
+    layout = resolve_layout(two_tasks, tmp_path / "checkpoint", 32, query_started=False)
     assert layout.shuffle_partitions == 2 and len(set(layout.bucket_ids)) == 32
     assert shuffle_tasks(two_tasks, layout.bucket_ids) == Counter({0: 16, 1: 16})
-    assert resolve_layout(two_tasks, tmp_path / "checkpoint", 32) == layout  # recorded: the same on restart
+    # recorded: the same on restart
+    assert resolve_layout(two_tasks, tmp_path / "checkpoint", 32, query_started=True) == layout
     # the job's parse sends every partition to one of the layout's ids, each partition always to the same one
     rows = [(f"c/t/{p}".encode(), json.dumps({"schema": "partition/v1", "cluster": "c", "topic": "t",
                                               "partition": p}).encode(), 0, p) for p in range(2000)]
@@ -65,9 +66,8 @@ def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tas
 
 @pytest.mark.spark
 def test_a_checkpoint_written_before_layouts_keeps_its_ids(spark: SparkSession, tmp_path: Path) -> None:
-    checkpoint = tmp_path / "checkpoint"
-    (checkpoint / "state" / "offsets").mkdir(parents=True)  # a running job's checkpoint, no layout recorded
-    layout = resolve_layout(spark, checkpoint, 8)
+    checkpoint = tmp_path / "checkpoint"  # a running job's checkpoint, no layout recorded
+    layout = resolve_layout(spark, checkpoint, 8, query_started=True)
     assert layout == BucketLayout(state_buckets=8, shuffle_partitions=None, bucket_ids=list(range(8)))
     assert BucketLayout.model_validate_json((checkpoint / LAYOUT_FILE).read_text()) == layout
 
@@ -75,14 +75,17 @@ def test_a_checkpoint_written_before_layouts_keeps_its_ids(spark: SparkSession, 
 @pytest.mark.spark
 def test_a_changed_bucket_count_is_refused_with_the_way_out(spark: SparkSession, tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"
-    resolve_layout(spark, checkpoint, 8)
+    resolve_layout(spark, checkpoint, 8, query_started=False)
     recorded = (checkpoint / LAYOUT_FILE).read_text()
     with pytest.raises(ReplmonError) as refused:
-        resolve_layout(spark, checkpoint, 16)
+        resolve_layout(spark, checkpoint, 16, query_started=True)
     message = str(refused.value)
     assert "stream.state_buckets is 16" in message and str(checkpoint) in message
     assert "Set state_buckets back to 8" in message and "new checkpoint_dir" in message
     assert (checkpoint / LAYOUT_FILE).read_text() == recorded  # nothing changed
     (checkpoint / LAYOUT_FILE).write_text("{not json")
     with pytest.raises(ReplmonError, match="cannot read the state bucket layout"):
-        resolve_layout(spark, checkpoint, 8)
+        resolve_layout(spark, checkpoint, 8, query_started=True)
+    (checkpoint / LAYOUT_FILE).write_text(recorded.replace('"state_buckets":8', '"state_buckets":9'))
+    with pytest.raises(ReplmonError, match="damaged: 8 distinct bucket ids for 9 buckets"):
+        resolve_layout(spark, checkpoint, 9, query_started=True)
