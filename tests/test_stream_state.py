@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 from pyspark.sql.types import LongType, StructField, StructType
 
@@ -141,6 +143,15 @@ def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
     assert last[1] - last[0] >= 1000  # partition 1 was sampled for longer: its STALE came from a later timer
 
 
+def gated_job(spark: SparkSession, handler: Callable[[Any, int], None], gate: BatchGate, checkpoint: Path
+              ) -> tuple[StreamingQuery, RunningJob]:
+    """A query of a rate source into ``handler``, as a RunningJob stopping through ``gate``."""
+    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream
+             .foreachBatch(handler).option("checkpointLocation", str(checkpoint))
+             .trigger(processingTime="500 milliseconds").start())
+    return query, RunningJob(spark, [query], JobExporter(series_budget=10), JobStats(), 0, gate)
+
+
 def test_stopping_the_job_lets_the_micro_batch_in_flight_finish(spark: SparkSession, tmp_path: Any) -> None:
     """RunningJob.stop waits for the micro-batch in flight: its foreachBatch returns normally and its commit is
     written, instead of Spark interrupting it (a replay on restart, and a StackOverflowError in Spark's check of
@@ -157,10 +168,7 @@ def test_stopping_the_job_lets_the_micro_batch_in_flight_finish(spark: SparkSess
                 handled.append(batch_id)
 
     checkpoint = tmp_path / "checkpoint"
-    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream
-             .foreachBatch(handler).option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="500 milliseconds").start())
-    job = RunningJob(spark, [query], JobExporter(series_budget=10), JobStats(), 0, gate)
+    query, job = gated_job(spark, handler, gate, checkpoint)
     try:
         assert entered.wait(120), "no micro-batch with rows"
         stopper = threading.Thread(target=job.stop, kwargs={"batch_wait_s": 120})
@@ -194,10 +202,7 @@ def test_a_stop_that_interrupts_a_micro_batch_ends_the_query_as_stopped(spark: S
                     interrupted.append(batch_id)
 
     checkpoint = tmp_path / "checkpoint"
-    query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream
-             .foreachBatch(handler).option("checkpointLocation", str(checkpoint))
-             .trigger(processingTime="500 milliseconds").start())
-    job = RunningJob(spark, [query], JobExporter(series_budget=10), JobStats(), 0, gate)
+    query, job = gated_job(spark, handler, gate, checkpoint)
     jvm = spark.sparkContext._jvm
     assert jvm is not None
     system_err, stderr = jvm.java.lang.System.err, jvm.java.io.ByteArrayOutputStream()
