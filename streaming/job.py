@@ -129,9 +129,12 @@ def _canonical(written: Column, raw: Column) -> Column:
 
 def _once(expression: Column) -> Column:
     """``expression``, made nondeterministic (spark_partition_id() is never negative, but the optimizer cannot
-    know), so that it is evaluated once per row where it is projected: a filter on ``reason`` (both queries have
-    one) is otherwise pushed below the projections with every reference to a parsed record replaced by its
-    from_json, which parsed each record hundreds of times (~20x slower: docs/benchmarks.md, "Streaming job")."""
+    know), so that it is evaluated once per row where it is projected. The filter on ``reason``
+    (:func:`processor_input`) is otherwise pushed below the projections with the expressions it reads inlined:
+    every reference to a parsed record replaced by its from_json, which parsed each record hundreds of times
+    (~20x slower), and the ~2,800 expressions of ``reason`` itself, which Spark then generated Java code for a
+    second time in every task (the checks of list items keep these projections out of whole-stage code
+    generation; ~10% of the read stage's CPU: docs/benchmarks.md, "Streaming job")."""
     return F.when(F.spark_partition_id() >= 0, expression)
 
 
@@ -190,7 +193,7 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
         "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
         parsed[REPLICA_SCHEMA].alias("r"),
         F.coalesce(written[PARTITION_SCHEMA], written[REPLICA_SCHEMA]).alias("sample"),
-        reason.alias("reason"), kind.alias("kind"),
+        _once(reason).alias("reason"), kind.alias("kind"),
         F.element_at(F.array(*map(F.lit, bucket_ids)),
                      (F.pmod(F.xxhash64(key), F.lit(len(bucket_ids))) + 1).cast("int")).alias("bucket"),
         either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),

@@ -10,7 +10,15 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from collectors.samples import CycleSample, EpochEntry, PartitionSample, ReplicaOffsets, ReplicaSample, to_json
+from collectors.samples import (
+    SAMPLE_MODELS,
+    CycleSample,
+    EpochEntry,
+    PartitionSample,
+    ReplicaOffsets,
+    ReplicaSample,
+    to_json,
+)
 from streaming import schema
 from streaming.events import Event
 from streaming.job import parse_samples, processor_input, quarantined_records
@@ -186,15 +194,20 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
                                       f"{schema.OUT_OF_RANGE}:leader_epoch"]
 
 
-def test_a_filter_on_the_reason_leaves_each_record_parsed_once(spark: SparkSession) -> None:
+def test_a_filter_on_the_reason_leaves_each_record_parsed_and_judged_once(spark: SparkSession) -> None:
     """The processor's input (and the benchmark's baseline) filters on ``reason``; pushed below the projections,
-    that filter would carry one from_json per reference to the parsed record (hundreds: ~20x slower). Once for
-    the record, once for the map of the records judged on it."""
+    that filter would carry one from_json per reference to the parsed record (hundreds: ~20x slower), and the
+    checks of ``reason`` a second time, whose Java code every task then generates twice. Once for the record,
+    once for the map of the records judged on it; each check once."""
     from pyspark.sql import functions as F
 
     rows = spark.createDataFrame([], KAFKA_RECORD)
     parsed = parse_samples(rows, bucket_ids=range(8))
+    with_cycle = sum("cycle" in m.model_fields for m in SAMPLE_MODELS.values())
     for kept in (processor_input(parsed), parsed.filter(F.col("reason").isNull()),
                  parsed.filter(F.col("reason").isNotNull())):
         plan = kept._jdf.queryExecution().optimizedPlan().toString()
         assert plan.count("from_json(") == 2, plan[:3000]
+        # extra fields: one check per model, on the map path; a cycle's range: the fast path's and the map path's
+        assert plan.count(f"{schema.UNKNOWN_FIELD}:") == len(SAMPLE_MODELS), plan[:3000]
+        assert plan.count(f"{schema.OUT_OF_RANGE}:cycle") == 2 * with_cycle, plan[:3000]
