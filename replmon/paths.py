@@ -22,3 +22,11 @@ def state_dir() -> Path:
         return Path(env).expanduser()
     base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(base) / "replmon"
+
+
+def replace_file(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all: ``text`` goes to a ``.tmp`` beside it, renamed over it (a reader, or a
+    crash mid-write, sees the old file or the new one, never half of one)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)

@@ -21,6 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from replmon.errors import ReplmonError
+from replmon.paths import replace_file
 
 LAYOUT_FILE = "replmon-buckets.json"
 
@@ -83,9 +84,7 @@ def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int, *,
         layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=tasks,
                               bucket_ids=new_bucket_ids(spark, state_buckets, tasks))
     checkpoint.mkdir(parents=True, exist_ok=True)
-    written = path.with_suffix(".tmp")
-    written.write_text(layout.model_dump_json())
-    written.replace(path)
+    replace_file(path, layout.model_dump_json())
     return layout
 
 

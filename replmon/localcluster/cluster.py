@@ -30,7 +30,7 @@ from replmon.config import SecurityConfig, TransportConfig
 from replmon.errors import ReplmonError
 from replmon.localcluster import artifacts, properties, secure
 from replmon.localcluster.secure import LocalSecurity
-from replmon.paths import state_dir
+from replmon.paths import replace_file, state_dir
 
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
@@ -349,9 +349,7 @@ class LocalCluster:
         self._save()
 
     def _save(self) -> None:
-        tmp = self.spec.dir / "cluster.json.tmp"
-        tmp.write_text(self.spec.model_dump_json(indent=2))
-        tmp.replace(self.spec.dir / "cluster.json")
+        replace_file(self.spec.dir / "cluster.json", self.spec.model_dump_json(indent=2))
 
     def _remember(self) -> None:
         pointer = _last_pointer()
