@@ -210,6 +210,13 @@ def test_a_leader_moved_between_cycles_is_read_from_the_new_leader_in_the_next_c
     # the high watermark was asked twice: early of broker 1 (it answered NOT_LEADER_OR_FOLLOWER), then of broker 2
     assert asked[rq.HIGH_WATERMARK] == 2 and asked[rq.LOG_END_OFFSET] == 3, asked
 
+    # the cycle after: the early questions follow the new layout
+    asked_before = dict(s.sampler.requests_by_label)
+    again = s.partition(topic_name)
+    asked = {label: n - asked_before.get(label, 0) for label, n in s.sampler.requests_by_label.items()}
+    assert (again.leader, again.error, again.high_watermark) == (2, None, before.high_watermark)
+    assert asked[rq.HIGH_WATERMARK] == 1 and asked[rq.LOG_END_OFFSET] == 3, asked
+
 
 def test_a_steady_cycle_costs_a_few_requests_per_broker(
         cluster: LocalCluster, view: KafkaView, many_partitions: list[str], sampling: Callable[..., Sampling],

@@ -21,6 +21,7 @@ from collectors.publisher import SampleSink
 from collectors.samples import CycleSample
 from replmon.config import ClusterConfig, ReplmonConfig
 from replmon.errors import ReplmonError
+from replmon.gcpause import paused as gc_paused
 
 log = logging.getLogger("replmon.collector")
 
@@ -46,18 +47,24 @@ class ClusterLoop:
         return self.sampler.cluster.name
 
     def run_cycle(self) -> str | None:
-        """One cycle, published; the error message when the cluster could not be sampled."""
-        try:
-            result = self.sampler.cycle()
-        except ReplmonError as exc:
-            return self._failed(str(exc))
-        except Exception as exc:  # a bug or an unexpected answer must not end the collector
-            log.debug("cycle of %s failed", self.name, exc_info=True)
-            return self._failed(f"cluster {self.name}: sampling failed: {type(exc).__name__}: {exc}")
-        if self.last_error is not None:
-            log.warning("cluster %s: sampling again", self.name)
-        self.last_error = None
-        self.sink.publish(result.samples)
+        """One cycle, published; the error message when the cluster could not be sampled.
+
+        The cyclic garbage collector stays paused until the samples are published and let go (see
+        replmon.gcpause): re-enabled while they live, its first pass walks every object the cycle built, for
+        nothing (they form no reference cycles), and the next passes walk them again while they are published."""
+        with gc_paused():
+            try:
+                result = self.sampler.cycle()
+            except ReplmonError as exc:
+                return self._failed(str(exc))
+            except Exception as exc:  # a bug or an unexpected answer must not end the collector
+                log.debug("cycle of %s failed", self.name, exc_info=True)
+                return self._failed(f"cluster {self.name}: sampling failed: {type(exc).__name__}: {exc}")
+            if self.last_error is not None:
+                log.warning("cluster %s: sampling again", self.name)
+            self.last_error = None
+            self.sink.publish(result.samples)
+            del result
         return None
 
     def _failed(self, message: str) -> str:

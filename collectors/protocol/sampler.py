@@ -125,7 +125,8 @@ class ClusterSampler:
                     for p in self.selector.unmatched_includes((t.name, t.internal) for t in topics)]
         for warning in warnings:
             log.warning(warning)
-        selected = [m for m in metas if self.selector.wants(m.topic, m.internal)]
+        wanted = {t.name for t in topics if self.selector.wants(t.name, t.internal)}  # per topic, not partition
+        selected = [m for m in metas if m.topic in wanted]
         leads, hosts = rq.group_by_broker(selected)
         if any(not self.client.knows_broker(broker) for broker in hosts):
             # a broker back from the dead is in the partitions' replicas before it is in the client's
