@@ -551,7 +551,7 @@ def demo(args: argparse.Namespace) -> int:
     d.say("a real Kafka cluster, replmon's collector and streaming job, a workload, and five faults")
     ok = False
     try:
-        with interrupt_on_sigterm():
+        with interrupt_on_sigterm(sigint=True):  # also when started in the background by a script (SIGINT ignored)
             d.start_clusters()
             d.start_pipeline()
             d.start_workload()

@@ -121,13 +121,19 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[DemoRun]:
     state = tmp_path / "state"
     env = {**os.environ, "REPLMON_STATE_DIR": str(state), "REPLMON_DEMO_FAST": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONIOENCODING": "utf-8"}
+    # started with SIGINT ignored, as a script's background job is: Ctrl-C (SIGINT) must stop the demo all the same
     proc = subprocess.Popen([sys.executable, "-m", "replmon.cli", "demo"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env)
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True, env=env,
+                            preexec_fn=_ignore_sigint)
     run = DemoRun(proc, state)
     try:
         yield run
