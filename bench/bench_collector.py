@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 from bench.docsection import write_section  # noqa: E402
 from collectors.protocol.runner import ClusterLoop  # noqa: E402
 from collectors.protocol.sampler import ClusterSampler  # noqa: E402
+from collectors.publisher import JsonLinesOutput  # noqa: E402
 from collectors.samples import CycleSample, PartitionSample, Sample  # noqa: E402
 from replmon.config import ClusterConfig, CollectorConfig, TopicFilter  # noqa: E402
 from replmon.localcluster import LocalCluster  # noqa: E402
@@ -96,23 +97,13 @@ def deprioritised(pids: list[int], nice: int = BROKER_NICE) -> Iterator[None]:
                 g.write_text(value)
 
 
-class CycleOnly:
+class CycleOnly(JsonLinesOutput):
     """The sink of the timed cycles: keeps each cycle's CycleSample and lets the rest go, as if published."""
 
-    def __init__(self) -> None:
-        self.cycle: CycleSample | None = None
+    cycle: CycleSample | None = None
 
     def publish(self, samples: Iterable[Sample]) -> None:
         self.cycle = next(s for s in samples if isinstance(s, CycleSample))
-
-    def flush(self, timeout_s: float = 10.0) -> bool:
-        return True
-
-    def close(self, timeout_s: float = 10.0) -> None:
-        pass
-
-    dropped = property(lambda self: 0)
-    buffered = property(lambda self: 0)
 
 
 def measure(sampler: ClusterSampler, cycles: int) -> dict[str, float]:
