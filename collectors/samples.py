@@ -11,9 +11,10 @@ Offsets follow Kafka: ``log_end_offset`` is the offset of the next message a rep
 from __future__ import annotations
 
 import base64
+import functools
 import uuid
 from enum import StrEnum
-from typing import Annotated, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -143,11 +144,44 @@ SAMPLE_MODELS: dict[str, type[PartitionSample] | type[ReplicaSample] | type[Cycl
 }
 
 
-def kafka_uuid(value: uuid.UUID | str) -> str | None:
+Record = TypeVar("Record", bound=_Record)
+
+
+@functools.cache
+def _fields(model: type[_Record]) -> tuple[tuple[str, ...], set[str]]:
+    names = tuple(model.__pydantic_fields__)
+    return names, set(names)
+
+
+def trusted(model: type[Record], values: dict[str, Any]) -> Record:
+    """A record of ``values`` without validating them, for the collectors' hot path: a 20k-partition cycle spent
+    ~0.2 s of its ~0.7 s of CPU validating the samples it had just built from decoded protocol fields.
+
+    The caller vouches for the values' types and ranges and gives every field, by name (``schema_``, not its
+    alias), in the model's order: the order the JSON is written in, which the streaming job's fast parse expects.
+    A missing, extra or misplaced field is an error. What ``model_construct`` does, minus its per-field loop over
+    aliases and defaults. Tests validate what the builders make (``parse_sample(to_json(s)) == s``); the streaming
+    job validates every record it reads, whoever wrote it, and quarantines what fails."""
+    names, fields_set = _fields(model)
+    if tuple(values) != names:
+        raise ValueError(f"{model.__name__} needs the fields {', '.join(names)} in this order, "
+                         f"not {', '.join(values)}")
+    record = object.__new__(model)
+    object.__setattr__(record, "__dict__", values)
+    object.__setattr__(record, "__pydantic_fields_set__", fields_set)  # pydantic copies it before changing it
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
+
+
+def kafka_uuid(value: uuid.UUID | str | bytes) -> str | None:
     """A topic id as Kafka writes it (``Uuid.toString()``: URL-safe base64 of the 16 bytes, no padding), as in
     partition.metadata and kafka-topics.sh; None for the zero id (no id). Both collectors report this form, so
     that the job can tell two incarnations of a topic apart and match the agent's replicas to the sampler's."""
-    raw = (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
+    if isinstance(value, bytes):
+        raw = value
+    else:
+        raw = (value if isinstance(value, uuid.UUID) else uuid.UUID(str(value))).bytes
     return None if raw == bytes(16) else base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 

@@ -147,8 +147,10 @@ class CollectorConfig(_Section):
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9465, ge=0, le=65535)
     buffer_max_samples: int = Field(default=200_000, ge=1)
-    collector_id: str | None = None
-    """Defaults to the host name."""
+    collector_id: str | None = Field(default=None, max_length=180)
+    """Defaults to the host name. Samples carry it (at most 200 characters, and the log-dir agent's id is
+    ``<collector_id>/logdir-agent``); the collectors build samples without validating them, so it is checked
+    here."""
 
 
 class TransportConfig(_Section):

@@ -44,6 +44,7 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     ("clusters: [{name: a, bootstrap_servers: [nohostport]}]", "clusters.0.bootstrap_servers"),
     ("clusters: [{name: a}]", "clusters.0.bootstrap_servers"),
     ("collectr: {}", "collectr"),
+    (f"collector: {{collector_id: {'x' * 181}}}", "collector.collector_id"),
     ("clusters: [{name: a, bootstrap_servers: 'h:1'}, {name: a, bootstrap_servers: 'h:2'}]", "unique"),
 ])
 def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:

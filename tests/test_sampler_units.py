@@ -4,18 +4,32 @@ topic patterns, sample assembly."""
 from __future__ import annotations
 
 import base64
+import struct
 import uuid
+from typing import Any
 
+import kafka.errors as Errors
 import pytest
-from kafka.protocol.consumer.offsets import ListOffsetsRequest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
+from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
+from kafka.protocol.parser import KafkaProtocol
 
 from collectors.protocol import requests as rq
-from collectors.protocol.assemble import CycleAnswers, partition_sample
+from collectors.protocol.assemble import CycleAnswers, SampleAssembler
 from collectors.protocol.lineage import LineageBook, clip_to_log_start
 from collectors.protocol.sampler import LEADER_LABELS
 from collectors.protocol.topics import TopicSelector
-from collectors.protocol.wire import EncodedRequest, encode_list_offsets, list_offsets_request
-from collectors.samples import EpochEntry, ReplicaError, kafka_uuid, parse_sample, to_json
+from collectors.protocol.wire import EncodedRequest, decode_list_offsets, encode_list_offsets, list_offsets_request
+from collectors.samples import (
+    EpochEntry,
+    PartitionSample,
+    ReplicaError,
+    ReplicaOffsets,
+    kafka_uuid,
+    parse_sample,
+    to_json,
+    trusted,
+)
 from replmon.config import TopicFilter
 from replmon.errors import ReplmonError
 
@@ -129,6 +143,126 @@ def test_encoded_request_frames_like_kafka_python() -> None:
     assert req.header.get_response_class().__name__.startswith("ListOffsetsResponse")
 
 
+@pytest.mark.parametrize("version", [6, 8, 11])
+def test_list_offsets_answers_read_by_hand_as_kafka_python_reads_them(version: int) -> None:
+    response_cls = ListOffsetsResponse[version]
+    topic_cls = response_cls.ListOffsetsTopicResponse
+    part_cls = topic_cls.ListOffsetsPartitionResponse
+    answers = {"a": [(0, 0, 120), (1, 6, -1), (2, 0, 2**40)], "b" * 200: [(i, 0, 10 * i) for i in range(200)]}
+    response = response_cls(throttle_time_ms=3, topics=[
+        topic_cls(name=name, partitions=[part_cls(partition_index=i, error_code=code, timestamp=-1, offset=offset,
+                                                  leader_epoch=4) for i, code, offset in parts])
+        for name, parts in answers.items()])
+    body = bytes(response.encode(version=version))
+    decoded = decode_list_offsets(body)
+    expected = {(name, i): (code, offset) for name, parts in answers.items() for i, code, offset in parts}
+    assert decoded.offsets == expected == rq.parse_list_offsets(response_cls.decode(body, version=version))
+    assert decoded.throttle_time_ms == 3
+
+    parser = KafkaProtocol(client_id="replmon-test")
+    correlation_id = parser.send_request(list_offsets_request(version, -2, 0, -1, {"a": [0, 1, 2]}, "x"))
+    assert parser.receive_bytes(framed_response(correlation_id, body)) == [(correlation_id, decoded)]
+    partition_with_tags = body.replace(struct.pack(">ihqqi", 0, 0, -1, 120, 4) + b"\x00",
+                                       struct.pack(">ihqqi", 0, 0, -1, 120, 4) + b"\x01\x07\x02hi")
+    assert len(partition_with_tags) == len(body) + 4 and decode_list_offsets(partition_with_tags) == decoded
+    for malformed in (body[:-1], body[:30], body + b"\x00"):
+        correlation_id = parser.send_request(list_offsets_request(version, -2, 0, -1, {"a": [0]}, "x"))
+        with pytest.raises(Errors.KafkaProtocolError):
+            parser.receive_bytes(framed_response(correlation_id, malformed))
+        parser = KafkaProtocol(client_id="replmon-test")  # a protocol error leaves the parser mid-frame
+
+
+DTP_RESPONSE = DescribeTopicPartitionsResponse[0]
+DTP_TOPIC = DTP_RESPONSE.DescribeTopicPartitionsResponseTopic
+DTP_PARTITION = DTP_TOPIC.DescribeTopicPartitionsResponsePartition
+
+
+def walk_kafka_python_page(response: Any) -> rq.DescribePage:
+    """The oracle: kafka-python's own decoding of the answer, walked attribute by attribute."""
+    topics, partitions = [], []
+    for t in response.topics:
+        topics.append(rq.TopicMeta(t.name, bool(t.is_internal), t.error_code))
+        for p in t.partitions:
+            partitions.append(rq.PartitionMeta(
+                topic=t.name, topic_id=kafka_uuid(t.topic_id), partition=p.partition_index, leader=p.leader_id,
+                leader_epoch=p.leader_epoch, replicas=list(p.replica_nodes), isr=list(p.isr_nodes),
+                elr=list(p.eligible_leader_replicas or []), last_known_elr=list(p.last_known_elr or []),
+                offline_replicas=list(p.offline_replicas or []), error_code=p.error_code, internal=bool(t.is_internal)))
+    cursor = response.next_cursor
+    return rq.DescribePage(topics, partitions, (cursor.topic_name, cursor.partition_index) if cursor else None,
+                           response.throttle_time_ms)
+
+
+def framed_response(correlation_id: int, body: bytes, header_tags: bytes = b"\x00") -> bytes:
+    payload = struct.pack(">i", correlation_id) + header_tags + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def dtp_partition(i: int, wide: list[int]) -> Any:
+    return DTP_PARTITION(
+        error_code=0 if i % 7 else 9, partition_index=i, leader_id=-1 if i == 3 else 1 + i % 3, leader_epoch=i,
+        replica_nodes=wide if i == 5 else [1, 2, 3], isr_nodes=[1, 2][: i % 3],
+        eligible_leader_replicas=None if i % 2 else [2, 3], last_known_elr=[1] if i == 4 else None,
+        offline_replicas=[3] if i == 6 else [])
+
+
+@pytest.mark.parametrize("cursor", [None, ("b" * 200, 150)])
+def test_describe_topic_partitions_read_by_hand_as_kafka_python_reads_it(cursor: tuple[str, int] | None) -> None:
+    """Long names and arrays (two-byte varints), null and present ELRs, many replicas, a zero topic id, errors."""
+    wide = list(range(1, 21))
+    response = DTP_RESPONSE(
+        throttle_time_ms=7,
+        next_cursor=None if cursor is None else DTP_RESPONSE.Cursor(topic_name=cursor[0], partition_index=cursor[1]),
+        topics=[DTP_TOPIC(error_code=0, name="b" * 200, topic_id=uuid.UUID("993389f5-e348-4252-bb27-5231fa775b23"),
+                          is_internal=False, topic_authorized_operations=-2147483648,
+                          partitions=[dtp_partition(i, wide) for i in range(150)]),
+                DTP_TOPIC(error_code=0, name="__consumer_offsets", topic_id=uuid.UUID(int=0), is_internal=True,
+                          topic_authorized_operations=0, partitions=[]),
+                DTP_TOPIC(error_code=3, name="gone", topic_id=uuid.UUID(int=0), is_internal=False,
+                          topic_authorized_operations=0, partitions=[])])
+    body = bytes(response.encode(version=0))
+    decoded = rq.decode_describe_topic_partitions(body)
+    assert decoded == walk_kafka_python_page(DTP_RESPONSE.decode(body, version=0))
+    assert len(decoded.partitions) == 150 and decoded.cursor == cursor and decoded.throttle_time_ms == 7
+    assert decoded.partitions[5].replicas == wide and decoded.partitions[4].last_known_elr == [1]
+    assert decoded.topics[1] == rq.TopicMeta("__consumer_offsets", True, 0)
+    assert decoded.partitions[0].topic_id == "mTOJ9eNIQlK7J1Ix-ndbIw"
+
+    # through kafka-python's own protocol parser, as the connection reads it off the socket
+    parser = KafkaProtocol(client_id="replmon-test")
+    correlation_id = parser.send_request(rq.describe_topic_partitions_request(cursor))
+    assert parser.receive_bytes(framed_response(correlation_id, body)) == [(correlation_id, decoded)]
+
+
+def test_describe_topic_partitions_skips_tagged_fields_and_refuses_a_malformed_answer() -> None:
+    def tags(*fields: tuple[int, bytes]) -> bytes:
+        return bytes([len(fields)]) + b"".join(bytes([tag, len(raw)]) + raw for tag, raw in fields)
+
+    def ids(*values: int) -> bytes:
+        return bytes([len(values) + 1]) + b"".join(struct.pack(">i", v) for v in values)
+
+    topic_id = uuid.uuid4()
+    partition = struct.pack(">hiii", 0, 4, 2, 9) + ids(1, 2) + ids(2) + b"\x00" + ids(1) + ids() + tags((0, b"xy"))
+    body = (struct.pack(">i", 0) + b"\x02" + struct.pack(">h", 0) + b"\x02t" + topic_id.bytes + b"\x00"
+            + b"\x02" + partition + struct.pack(">i", 0) + tags((1, b"abc"), (2, b""))
+            + b"\x01" + b"\x02t" + struct.pack(">i", 5) + tags((0, b"z")) + tags((3, b"q")))
+    page = rq.decode_describe_topic_partitions(body)
+    assert page.cursor == ("t", 5) and page.topics == [rq.TopicMeta("t", False, 0)]
+    assert page.partitions == [rq.PartitionMeta("t", kafka_uuid(topic_id), 4, 2, 9, [1, 2], [2], [], [1], [])]
+
+    parser = KafkaProtocol(client_id="replmon-test")
+    correlation_id = parser.send_request(rq.describe_topic_partitions_request(None))
+    assert parser.receive_bytes(framed_response(correlation_id, body, tags((0, b"hello")))) == [(correlation_id, page)]
+
+    with pytest.raises(ValueError, match="bytes past the end"):
+        rq.decode_describe_topic_partitions(body + b"\x00")
+    for malformed in (body[:-3], body[:40], body + b"\x00"):  # cut short, or longer than its fields
+        parser = KafkaProtocol(client_id="replmon-test")
+        correlation_id = parser.send_request(rq.describe_topic_partitions_request(None))
+        with pytest.raises(Errors.KafkaProtocolError):
+            parser.receive_bytes(framed_response(correlation_id, malformed))
+
+
 def meta(topic: str, partition: int, leader: int, replicas: list[int], **kw: object) -> rq.PartitionMeta:
     fields: dict[str, object] = dict(topic=topic, topic_id=None, partition=partition, leader=leader,
                                      leader_epoch=3, replicas=replicas, isr=list(replicas), elr=[],
@@ -185,30 +319,81 @@ def test_a_bad_pattern_is_one_clear_error() -> None:
 
 
 # ---------------------------------------------------------------------------------------------- samples
+def assemble(m: rq.PartitionMeta, answers: CycleAnswers, cycle: int = 0, config: rq.TopicConfig | None = None,
+             lineage: list[EpochEntry] | None = None) -> PartitionSample:
+    """One sample, checked against the schema: the assembler builds without validating (samples.trusted)."""
+    sample = SampleAssembler(answers, cluster="c", collector_id="x", cycle=cycle, sample_time_ms=1,
+                             leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS).sample(m, config, lineage)
+    validated = PartitionSample.model_validate(sample.model_dump())
+    assert validated == sample and to_json(validated) == to_json(sample)  # the same values, the same JSON
+    assert parse_sample(to_json(sample)) == sample
+    return sample
+
+
 def test_sample_assembly_marks_unreachable_and_missing_replicas() -> None:
     m = meta("t", 0, 1, [1, 2, 3], offline_replicas=[3])
     answers = CycleAnswers(
         high_watermark={("t", 0): (0, 90)}, last_stable_offset={("t", 0): (0, 85)},
         log_start_offset={("t", 0): (0, 0)},
         log_end_offset={1: {("t", 0): (0, 100)}, 3: {("t", 0): (56, -1)}}, unreachable={2})
-    sample = partition_sample(m, answers, cluster="c", collector_id="x", cycle=4, sample_time_ms=1, config=None,
-                              lineage=[EpochEntry(leader_epoch=3, start_offset=10)],
-                              leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS)
+    sample = assemble(m, answers, cycle=4, lineage=[EpochEntry(leader_epoch=3, start_offset=10)])
     assert (sample.high_watermark, sample.last_stable_offset, sample.log_start_offset) == (90, 85, 0)
+    assert sample.error is None and sample.cycle == 4
+    assert sample.epoch_lineage == [EpochEntry(leader_epoch=3, start_offset=10)]
     by_broker = {r.broker_id: r for r in sample.replica_offsets}
     assert by_broker[1].log_end_offset == 100 and by_broker[1].error is None
     assert by_broker[2].error == ReplicaError.UNREACHABLE and by_broker[2].log_end_offset is None
     assert by_broker[3].error == ReplicaError.OFFLINE
-    assert parse_sample(to_json(sample)) == sample
 
 
 def test_sample_of_a_partition_whose_leader_is_unreachable() -> None:
     m = meta("t", 0, 2, [1, 2])
     answers = CycleAnswers(log_end_offset={1: {("t", 0): (3, -1)}}, unreachable={2})
-    sample = partition_sample(m, answers, cluster="c", collector_id="x", cycle=0, sample_time_ms=1, config=None,
-                              lineage=None, leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS)
+    sample = assemble(m, answers)
     assert sample.high_watermark is None and sample.error == "leader 2 unreachable"
     assert [r.error for r in sample.replica_offsets] == [ReplicaError.NOT_HOSTED, ReplicaError.UNREACHABLE]
+
+
+def test_every_missing_or_refused_offset_is_named_in_the_sample() -> None:
+    """What keeps an offset away, leader question by leader question and replica by replica; a partition-level
+    metadata error is reported even when every offset came (the short path is only for clean answers)."""
+    tp = ("t", 0)
+    answers = CycleAnswers(
+        high_watermark={tp: (6, -1)},  # NOT_LEADER_OR_FOLLOWER: the leader moved after the metadata
+        last_stable_offset={tp: (0, 40)},
+        log_end_offset={1: {tp: (0, -1)}, 2: {tp: (56, -1)}, 3: {tp: (87, -1)}, 4: {tp: (6, -1)}},
+        failed={(1, rq.LOG_START_OFFSET): "RequestTimedOutError", (5, rq.LOG_END_OFFSET): "RequestTimedOutError"})
+    sample = assemble(meta("t", 0, 1, [1, 2, 3, 4, 5, 6]), answers)
+    assert (sample.high_watermark, sample.last_stable_offset, sample.log_start_offset) == (None, 40, None)
+    assert sample.error == "high_watermark: NotLeaderForPartitionError; RequestTimedOutError"
+    assert [(r.broker_id, r.error, r.error_detail) for r in sample.replica_offsets] == [
+        (1, ReplicaError.UNKNOWN, "offset -1"),
+        (2, ReplicaError.OFFLINE, None),  # KAFKA_STORAGE_ERROR
+        (3, ReplicaError.UNKNOWN, "InvalidRecordError"),  # any other code: named
+        (4, ReplicaError.NOT_HOSTED, None),
+        (5, ReplicaError.UNKNOWN, "RequestTimedOutError"),  # the broker's request failed
+        (6, ReplicaError.UNKNOWN, "no answer for this replica"),  # asked, not answered for this partition
+    ]
+    clean = CycleAnswers(high_watermark={tp: (0, 9)}, last_stable_offset={tp: (0, 9)}, log_start_offset={tp: (0, 2)},
+                         log_end_offset={1: {tp: (0, 9)}})
+    replica_not_available = 9
+    flagged = assemble(meta("t", 0, 1, [1], error_code=replica_not_available), clean, config=rq.TopicConfig(2, False))
+    assert (flagged.high_watermark, flagged.log_start_offset, flagged.error) == (9, 2, "ReplicaNotAvailableError")
+    assert (flagged.min_insync_replicas, flagged.unclean_leader_election) == (2, False)
+    leaderless = assemble(meta("t", 0, -1, [1]), clean)
+    assert (leaderless.high_watermark, leaderless.error) == (None, "no leader")
+
+
+def test_trusted_records_need_every_field_in_the_models_order() -> None:
+    values = {"broker_id": 1, "log_end_offset": 5, "error": None, "error_detail": None}
+    record = trusted(ReplicaOffsets, dict(values))
+    assert record == ReplicaOffsets(broker_id=1, log_end_offset=5)
+    assert record.model_copy(update={"log_end_offset": 6}).log_end_offset == 6 and record.log_end_offset == 5
+    assert record.model_fields_set == trusted(ReplicaOffsets, dict(values)).model_fields_set == set(values)
+    with pytest.raises(ValueError, match="broker_id, log_end_offset, error, error_detail in this order"):
+        trusted(ReplicaOffsets, {"log_end_offset": 5, "broker_id": 1, "error": None, "error_detail": None})
+    with pytest.raises(ValueError, match="needs the fields"):
+        trusted(ReplicaOffsets, {"broker_id": 1, "log_end_offset": 5, "error": None})
 
 
 def test_topic_ids_are_written_as_kafka_writes_them() -> None:

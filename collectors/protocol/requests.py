@@ -23,6 +23,7 @@ four of them; steady cycles cost P + 4B requests (+B for lineage walks, +1 for c
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -38,14 +39,22 @@ from collectors.protocol.wire import (
     CONSUMER_REPLICA_ID,
     DEBUGGING_REPLICA_ID,
     EARLIEST_TIMESTAMP,
+    INT32,
     LATEST_TIMESTAMP,
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    EncodedRequest,
+    ListOffsetsAnswer,
     list_offsets_request,
+    read_compact_string,
+    read_uvarint,
+    skip_tagged_fields,
 )
 from collectors.samples import kafka_uuid
 
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
+DESCRIBE_TOPIC_PARTITIONS_VERSION = 0
+"""The only version there is (Kafka 3.8 to 4.x); the sampler asks for it and reads its answer by hand."""
 LIST_OFFSETS_KEY = 2
 PAGE_PARTITION_LIMIT = 2000
 """Partitions per DescribeTopicPartitions page (the broker caps it with max.request.partition.size.limit)."""
@@ -96,38 +105,97 @@ class TopicMeta:
 
 
 # ---------------------------------------------------------------------------------------------- metadata
-def describe_topic_partitions_request(cursor: tuple[str, int] | None) -> Any:
+@dataclass
+class DescribePage:
+    """One DescribeTopicPartitions answer: its topics and partitions, and where the next page starts (None on the
+    last page)."""
+
+    topics: list[TopicMeta]
+    partitions: list[PartitionMeta]
+    cursor: tuple[str, int] | None
+    throttle_time_ms: int = 0
+    """Read by kafka-python's connection (client-side quota throttling), as on its own responses."""
+
+
+def describe_topic_partitions_request(cursor: tuple[str, int] | None) -> EncodedRequest:
+    """A page of every topic's partitions, from ``cursor`` on. kafka-python encodes the small request; the large
+    answer is read by :func:`decode_describe_topic_partitions` (~2x faster than kafka-python's decoding and
+    walking its objects: 33 vs 74 ms per 20k partitions)."""
     cursor_field = (DescribeTopicPartitionsRequest.Cursor(topic_name=cursor[0], partition_index=cursor[1])
                     if cursor else None)
-    return DescribeTopicPartitionsRequest(topics=[], response_partition_limit=PAGE_PARTITION_LIMIT,
-                                          cursor=cursor_field)
+    request = DescribeTopicPartitionsRequest(topics=[], response_partition_limit=PAGE_PARTITION_LIMIT,
+                                             cursor=cursor_field)
+    return EncodedRequest(DescribeTopicPartitionsRequest, DESCRIBE_TOPIC_PARTITIONS_VERSION,
+                          bytes(request.encode(version=DESCRIBE_TOPIC_PARTITIONS_VERSION)),
+                          decode_response=decode_describe_topic_partitions)
+
+
+_PARTITION_HEAD = struct.Struct(">hiii")  # error_code, partition_index, leader_id, leader_epoch
+_TOPIC_HEAD = struct.Struct(">h")  # error_code
+_BROKER_IDS = [struct.Struct(f">{n}i") for n in range(16)]
+
+
+def _broker_ids(data: bytes, pos: int) -> tuple[list[int], int]:
+    """A compact, nullable array of int32 (null is read as empty, as the ELR fields were before)."""
+    size = data[pos]
+    if size < 0x80:
+        pos += 1
+    else:
+        size, pos = read_uvarint(data, pos)
+    if size <= 1:
+        return [], pos
+    count = size - 1
+    layout = _BROKER_IDS[count] if count < len(_BROKER_IDS) else struct.Struct(f">{count}i")
+    return list(layout.unpack_from(data, pos)), pos + 4 * count
+
+
+def decode_describe_topic_partitions(data: bytes) -> DescribePage:
+    """A DescribeTopicPartitionsResponse v0 body (after the response header), field by field as
+    ``clients/src/main/resources/common/message/DescribeTopicPartitionsResponse.json`` lays it out: throttle time;
+    topics (error code, name, topic id, is internal, partitions, authorized operations, tags), each partition
+    (error code, index, leader, leader epoch, replicas, ISR, ELR, last known ELR, offline replicas, tags); the
+    next cursor (nullable struct: topic name, partition index, tags); tags."""
+    throttle_time_ms = INT32.unpack_from(data, 0)[0]
+    pos = 4
+    topics: list[TopicMeta] = []
+    partitions: list[PartitionMeta] = []
+    head = _PARTITION_HEAD.unpack_from
+    append = partitions.append
+    topic_count, pos = read_uvarint(data, pos)
+    for _topic in range(topic_count - 1):
+        topic_error = _TOPIC_HEAD.unpack_from(data, pos)[0]
+        name, pos = read_compact_string(data, pos + 2)
+        topic_id = kafka_uuid(data[pos:pos + 16])
+        internal = data[pos + 16] != 0
+        partition_count, pos = read_uvarint(data, pos + 17)
+        for _partition in range(partition_count - 1):
+            error_code, index, leader, leader_epoch = head(data, pos)
+            replicas, pos = _broker_ids(data, pos + 14)
+            isr, pos = _broker_ids(data, pos)
+            elr, pos = _broker_ids(data, pos)
+            last_known_elr, pos = _broker_ids(data, pos)
+            offline, pos = _broker_ids(data, pos)
+            pos = pos + 1 if data[pos] == 0 else skip_tagged_fields(data, pos)
+            append(PartitionMeta(name or "", topic_id, index, leader, leader_epoch, replicas, isr, elr,
+                                 last_known_elr, offline, error_code, internal))
+        pos = skip_tagged_fields(data, pos + 4)  # past topic_authorized_operations
+        topics.append(TopicMeta(name or "", internal, topic_error))
+    cursor = None
+    present = data[pos] < 0x80  # a nullable struct's int8 marker: negative for null, as Kafka reads it
+    pos += 1
+    if present:
+        cursor_topic, pos = read_compact_string(data, pos)
+        cursor = (cursor_topic or "", INT32.unpack_from(data, pos)[0])
+        pos = skip_tagged_fields(data, pos + 4)
+    pos = skip_tagged_fields(data, pos)
+    if pos != len(data):
+        raise ValueError(f"DescribeTopicPartitions: {len(data) - pos} bytes past the end of the answer")
+    return DescribePage(topics, partitions, cursor, throttle_time_ms)
 
 
 def _topic_id(value: Any) -> str | None:
     """kafka-python's uuid.UUID as Kafka prints it (the log-dir agent reads that form from partition.metadata)."""
     return None if value is None or str(value) == "" else kafka_uuid(value)
-
-
-def _ids(values: Any) -> list[int] | None:
-    return None if values is None else list(values)
-
-
-def parse_describe_topic_partitions(response: Any) -> tuple[list[TopicMeta], list[PartitionMeta],
-                                                            tuple[str, int] | None]:
-    """Topics, partitions and the cursor of the next page (None on the last page)."""
-    topics, partitions = [], []
-    for t in response.topics:
-        internal = bool(t.is_internal)
-        topics.append(TopicMeta(t.name, internal, t.error_code))
-        topic_id = _topic_id(t.topic_id)
-        for p in t.partitions:
-            partitions.append(PartitionMeta(
-                topic=t.name, topic_id=topic_id, partition=p.partition_index, leader=p.leader_id,
-                leader_epoch=p.leader_epoch, replicas=list(p.replica_nodes), isr=list(p.isr_nodes),
-                elr=list(p.eligible_leader_replicas or []), last_known_elr=list(p.last_known_elr or []),
-                offline_replicas=list(p.offline_replicas or []), error_code=p.error_code, internal=internal))
-    cursor = response.next_cursor
-    return topics, partitions, ((cursor.topic_name, cursor.partition_index) if cursor is not None else None)
 
 
 def metadata_request() -> Any:
@@ -201,7 +269,9 @@ def list_offsets_requests(leads: Layout, hosts: Layout, version: int, timeout_ms
 
 
 def parse_list_offsets(response: Any) -> dict[TopicPartition, tuple[int, int]]:
-    """(topic, partition) -> (error code, offset)."""
+    """(topic, partition) -> (error code, offset), from a hand-decoded answer (v6+) or kafka-python's (older)."""
+    if isinstance(response, ListOffsetsAnswer):
+        return response.offsets
     out = {}
     for t in response.topics:
         name = t.name

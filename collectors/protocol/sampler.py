@@ -24,8 +24,8 @@ from collectors.protocol import requests as rq
 from collectors.protocol.assemble import (
     KAFKA_STORAGE_ERROR,
     CycleAnswers,
+    SampleAssembler,
     error_name,
-    partition_sample,
 )
 from collectors.protocol.client import Call, ClusterClient, Outcome, Pending
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
@@ -158,12 +158,12 @@ class ClusterSampler:
                                   for t in topic_names}
         lineages = self._lineages(walks, lineage_answers, answers)
 
-        samples: list[Sample] = [
-            partition_sample(m, answers, cluster=self.cluster.name, collector_id=self.collector_id,
-                             cycle=cycle_no, sample_time_ms=sample_time_ms,
-                             config=self.topic_configs.get(m.topic), lineage=lineages.get(m.tp),
-                             leo_label=rq.LOG_END_OFFSET, leader_labels=LEADER_LABELS)
-            for m in selected]
+        assembler = SampleAssembler(answers, cluster=self.cluster.name, collector_id=self.collector_id,
+                                    cycle=cycle_no, sample_time_ms=sample_time_ms, leo_label=rq.LOG_END_OFFSET,
+                                    leader_labels=LEADER_LABELS)
+        configs_now = self.topic_configs
+        samples: list[Sample] = [assembler.sample(m, configs_now.get(m.topic), lineages.get((m.topic, m.partition)))
+                                 for m in selected]
         brokers = sorted(set(hosts) | set(self.client.broker_ids()))
         self.silent = set(answers.unreachable)
         duration = time.monotonic() - started
@@ -235,10 +235,11 @@ class ClusterSampler:
                                        DESCRIBE_TOPIC_PARTITIONS)])[0]
             if not outcome.ok:
                 raise _NoAnswer(_describe_error(outcome.error))
-            page_topics, page_partitions, cursor = rq.parse_describe_topic_partitions(outcome.response)
+            page: rq.DescribePage = outcome.response
             known = {t.name for t in topics}
-            topics.extend(t for t in page_topics if t.name not in known)
-            partitions.extend(page_partitions)
+            topics.extend(t for t in page.topics if t.name not in known)
+            partitions.extend(page.partitions)
+            cursor = page.cursor
             if cursor is None:
                 break
         return topics, partitions

@@ -1,16 +1,20 @@
-"""ListOffsets requests encoded by hand (pure: values in, bytes out).
+"""Kafka's wire format written and read by hand where kafka-python's generic codec costs too much (pure: values
+in, bytes out, and back).
 
 kafka-python builds a Python object per partition and encodes it field by field: ~20 µs per partition, 2.5 s per
 cycle at 20k partitions / 60k replicas. The sampler's ListOffsets requests are large and simple, so their body is
-packed directly (flexible versions 6+, ``clients/src/main/resources/common/message/ListOffsetsRequest.json``);
-kafka-python still frames them, tracks them and decodes the responses.
+packed directly (flexible versions 6+, ``clients/src/main/resources/common/message/ListOffsetsRequest.json``),
+and their answers read straight into plain values (:func:`decode_list_offsets`). kafka-python still frames the
+requests, tracks them, and reads the response headers: an :class:`EncodedRequest` that brings its own decoder of
+the response body stands in its parser as :class:`HandDecodedResponse`.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from kafka.protocol.api_header import RequestHeader
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
@@ -69,17 +73,122 @@ def encode_list_offsets(version: int, replica_id: int, isolation_level: int, tim
     return b"".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------- reading
+INT32 = struct.Struct(">i")
+
+
+def read_uvarint(data: bytes, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``: (value, position after it)."""
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def skip_tagged_fields(data: bytes, pos: int) -> int:
+    """Past a tagged-fields section (a count, then tag, size and bytes of each): none is read, as kafka-python's
+    own classes skip the tags they do not know."""
+    count, pos = read_uvarint(data, pos)
+    for _ in range(count):
+        _tag, pos = read_uvarint(data, pos)
+        size, pos = read_uvarint(data, pos)
+        pos += size
+    return pos
+
+
+def read_compact_string(data: bytes, pos: int) -> tuple[str | None, int]:
+    """A compact (nullable) string: its length + 1 as a varint (0: null), then UTF-8 bytes."""
+    size, pos = read_uvarint(data, pos)
+    if size == 0:
+        return None, pos
+    end = pos + size - 1
+    if end > len(data):
+        raise ValueError(f"a string of {size - 1} bytes runs past the end of the response")
+    return data[pos:end].decode(), end
+
+
+def _read_uvarint_from(buffer: Any) -> int:
+    value = shift = 0
+    while True:
+        raw = buffer.read(1)
+        if not raw:
+            raise ValueError("the response ends inside its header")
+        value |= (raw[0] & 0x7F) << shift
+        if raw[0] < 0x80:
+            return value
+        shift += 7
+
+
+class ResponseHeader(NamedTuple):
+    correlation_id: int
+
+
+class HandDecodedResponse:
+    """Stands where kafka-python's parser expects a response class (``KafkaProtocol._process_response`` calls
+    ``parse_header``, then ``decode``, on the request header's ``get_response_class()``): reads a flexible response
+    header (version 1: correlation id, tagged fields) and gives the body's bytes to ``decode_body``. Any malformed
+    body raises ValueError, which kafka-python turns into KafkaProtocolError for that request's caller."""
+
+    def __init__(self, name: str, decode_body: Callable[[bytes], Any]) -> None:
+        self.__name__ = name
+        self._decode_body = decode_body
+
+    def parse_header(self, buffer: Any) -> ResponseHeader:
+        correlation_id = INT32.unpack(buffer.read(4))[0]
+        for _field in range(_read_uvarint_from(buffer)):  # tagged fields: none known, all skipped
+            _read_uvarint_from(buffer)
+            buffer.read(_read_uvarint_from(buffer))
+        return ResponseHeader(correlation_id)
+
+    def decode(self, buffer: Any) -> Any:
+        data = buffer.read()
+        try:
+            return self._decode_body(data)
+        except (IndexError, struct.error) as exc:
+            raise ValueError(f"{self.__name__}: the response ends early ({exc})") from exc
+
+    def __repr__(self) -> str:
+        return f"HandDecodedResponse({self.__name__})"
+
+
+class _InFlightHeader:
+    """A request header that names the hand decoder as its response class; everything else is the header's."""
+
+    def __init__(self, header: Any, response: HandDecodedResponse) -> None:
+        self._header = header
+        self._response = response
+
+    def get_response_class(self) -> HandDecodedResponse:
+        return self._response
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._header, name)
+
+    def __repr__(self) -> str:
+        return repr(self._header)
+
+
 class EncodedRequest:
     """A request whose body is already encoded, in the shape kafka-python's connection expects of a request
     (``API_VERSION``, ``with_header``, ``encode``, ``header``, ``expect_response``); the response is decoded by
-    kafka-python's class for ``message_class``."""
+    ``decode_response`` (the response body's bytes -> any value) when given, else by kafka-python's class for
+    ``message_class``."""
 
-    def __init__(self, message_class: Any, version: int, body: bytes, label: str = "") -> None:
+    def __init__(self, message_class: Any, version: int, body: bytes, label: str = "",
+                 decode_response: Callable[[bytes], Any] | None = None) -> None:
         self.message_class = message_class
         self._version = version
         self.body = body
         self.label = label or message_class.name
         self._header: Any = None
+        self._response: HandDecodedResponse | None = None
+        if decode_response is not None:
+            name = f"{message_class.name.removesuffix('Request')}Response v{version}"
+            self._response = HandDecodedResponse(name, decode_response)
         self._min_version = version
         self._max_version = version
 
@@ -99,7 +208,9 @@ class EncodedRequest:
 
     @property
     def header(self) -> Any:
-        return self._header
+        if self._response is None or self._header is None:
+            return self._header
+        return _InFlightHeader(self._header, self._response)
 
     def expect_response(self) -> bool:
         return True
@@ -118,13 +229,52 @@ class EncodedRequest:
         return f"EncodedRequest({self.label} v{self._version}, {len(self.body)} bytes)"
 
 
+@dataclass
+class ListOffsetsAnswer:
+    """A ListOffsets answer: (topic, partition) -> (error code, offset)."""
+
+    offsets: dict[tuple[str, int], tuple[int, int]]
+    throttle_time_ms: int = 0
+    """Read by kafka-python's connection (client-side quota throttling), as on its own responses."""
+
+
+_PARTITION_ANSWER = struct.Struct(">ihqqi")  # partition_index, error_code, timestamp, offset, leader_epoch
+
+
+def decode_list_offsets(data: bytes) -> ListOffsetsAnswer:
+    """A ListOffsetsResponse body of versions 6 to 11 (after the response header), as
+    ``clients/src/main/resources/common/message/ListOffsetsResponse.json`` lays it out: throttle time; topics
+    (name, partitions, tags), each partition (index, error code, timestamp, offset, leader epoch, tags); tags.
+    ~2x faster than kafka-python's decoding and walking its objects (37 vs 71 ms for a 20k-partition cycle's
+    120k answers)."""
+    throttle_time_ms = INT32.unpack_from(data, 0)[0]
+    offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    unpack = _PARTITION_ANSWER.unpack_from
+    topic_count, pos = read_uvarint(data, 4)
+    for _topic in range(topic_count - 1):
+        name, pos = read_compact_string(data, pos)
+        topic = name or ""
+        partition_count, pos = read_uvarint(data, pos)
+        for _partition in range(partition_count - 1):
+            index, error_code, _timestamp, offset, _leader_epoch = unpack(data, pos)
+            pos += _PARTITION_ANSWER.size
+            pos = pos + 1 if data[pos] == 0 else skip_tagged_fields(data, pos)
+            offsets[(topic, index)] = (error_code, offset)
+        pos = skip_tagged_fields(data, pos)
+    pos = skip_tagged_fields(data, pos)
+    if pos != len(data):
+        raise ValueError(f"ListOffsets: {len(data) - pos} bytes past the end of the answer")
+    return ListOffsetsAnswer(offsets, throttle_time_ms)
+
+
 def list_offsets_request(version: int, replica_id: int, isolation_level: int, timestamp: int,
                          partitions: Mapping[str, Iterable[int]], label: str, timeout_ms: int = 0) -> Any:
-    """A ListOffsets request: hand-encoded for v6+, else kafka-python's own (older brokers, slower)."""
+    """A ListOffsets request: hand-encoded for v6+ (its answer read by :func:`decode_list_offsets`), else
+    kafka-python's own (older brokers, slower)."""
     if version >= LIST_OFFSETS_MIN_RAW_VERSION:
         version = min(version, LIST_OFFSETS_MAX_RAW_VERSION)
         body = encode_list_offsets(version, replica_id, isolation_level, timestamp, partitions, timeout_ms)
-        return EncodedRequest(ListOffsetsRequest, version, body, label)
+        return EncodedRequest(ListOffsetsRequest, version, body, label, decode_response=decode_list_offsets)
     topic_cls = ListOffsetsRequest.ListOffsetsTopic
     part_cls = topic_cls.ListOffsetsPartition
     return ListOffsetsRequest(
