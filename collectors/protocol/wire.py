@@ -14,9 +14,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
-from kafka.protocol.api_header import RequestHeader
+from kafka.protocol.api_header import RequestHeader, ResponseHeader
 from kafka.protocol.consumer.offsets import ListOffsetsRequest
 
 LIST_OFFSETS_MIN_RAW_VERSION = 6
@@ -111,38 +111,19 @@ def read_compact_string(data: bytes, pos: int) -> tuple[str | None, int]:
     return data[pos:end].decode(), end
 
 
-def _read_uvarint_from(buffer: Any) -> int:
-    value = shift = 0
-    while True:
-        raw = buffer.read(1)
-        if not raw:
-            raise ValueError("the response ends inside its header")
-        value |= (raw[0] & 0x7F) << shift
-        if raw[0] < 0x80:
-            return value
-        shift += 7
-
-
-class ResponseHeader(NamedTuple):
-    correlation_id: int
-
-
 class HandDecodedResponse:
     """Stands where kafka-python's parser expects a response class (``KafkaProtocol._process_response`` calls
-    ``parse_header``, then ``decode``, on the request header's ``get_response_class()``): reads a flexible response
-    header (version 1: correlation id, tagged fields) and gives the body's bytes to ``decode_body``. Any malformed
-    body raises ValueError, which kafka-python turns into KafkaProtocolError for that request's caller."""
+    ``parse_header``, then ``decode``, on the request header's ``get_response_class()``): reads the flexible
+    response header with kafka-python's own ``ResponseHeader`` and gives the body's bytes to ``decode_body``. Any
+    malformed body raises ValueError, which kafka-python turns into KafkaProtocolError for that request's
+    caller."""
 
     def __init__(self, name: str, decode_body: Callable[[bytes], Any]) -> None:
         self.__name__ = name
         self._decode_body = decode_body
 
-    def parse_header(self, buffer: Any) -> ResponseHeader:
-        correlation_id = INT32.unpack(buffer.read(4))[0]
-        for _field in range(_read_uvarint_from(buffer)):  # tagged fields: none known, all skipped
-            _read_uvarint_from(buffer)
-            buffer.read(_read_uvarint_from(buffer))
-        return ResponseHeader(correlation_id)
+    def parse_header(self, buffer: Any) -> Any:
+        return ResponseHeader.decode(buffer, flexible=True)
 
     def decode(self, buffer: Any) -> Any:
         data = buffer.read()
