@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
     KIND_QUARANTINE,
+    LZ4,
     QUARANTINED,
     PackedTable,
     expire_bucket,
@@ -92,7 +94,7 @@ def test_a_packed_table_unpickles_and_pickles_again_only_the_partitions_a_batch_
     expected_table, expected_rows = process_bucket(plain, shrink, CFG, now_ms=2_001_000)
     assert rows == expected_rows and [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["ISR_SHRINK"]
     assert isinstance(table, PackedTable) and table.unpickled() == 2 and loaded.unpickled() == 0
-    before, after = pickle.loads(stored), table.packed()
+    before, after = unpack(stored).packed(), table.packed()
     assert [p for (_, _, p) in sorted(after) if after[("c", "t", p)] != before[("c", "t", p)]] == [3, 7]
     assert dict(unpack(pack(table)).items()) == expected_table
     # the timer re-pickles only the partitions it marks stale
@@ -109,6 +111,18 @@ def test_a_bucket_table_stored_before_packing_is_read() -> None:
     whole = pickle.dumps({k: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for k, v in plain.items()})
     assert dict(unpack(whole).items()) == plain == dict(unpack(pack(unpack(whole))).items())
     assert len(pack(plain)) < len(whole)
+    # until session 15: the map of packed states, pickled but not compressed
+    raw = pickle.dumps(PackedTable(live=dict(plain)).packed(), protocol=pickle.HIGHEST_PROTOCOL)
+    assert raw.startswith(b"\x80") and dict(unpack(raw).items()) == plain == dict(unpack(pack(unpack(raw))).items())
+
+
+def test_a_bucket_table_is_stored_compressed() -> None:
+    table, _ = process_bucket({}, frame(*[sample(1, [1, 2, 3], partition=p) for p in range(1000)]), CFG,
+                              now_ms=2_000_000)
+    stored = pack(table)
+    raw = pickle.dumps(PackedTable(live=dict(table)).packed(), protocol=pickle.HIGHEST_PROTOCOL)
+    assert stored.startswith(LZ4) and len(stored) < len(raw) / 3
+    assert dict(unpack(stored).items()) == table
 
 
 def test_timer_marks_silent_partitions_stale_once() -> None:
@@ -152,6 +166,11 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     assert m["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 2.0)]
     out_of_isr = {labels["broker"]: v for labels, v in m["replmon_broker_out_of_isr_replicas"]}
     assert out_of_isr == {"1": 0.0, "2": 0.0, "3": 2.0}
+    per_broker = {name: {labels["broker"]: v for labels, v in m[name]} for name in (
+        "replmon_broker_replicas", "replmon_broker_leaders", "replmon_broker_max_replica_lag_messages")}
+    assert per_broker == {"replmon_broker_replicas": {"1": 10.0, "2": 10.0, "3": 10.0},
+                          "replmon_broker_leaders": {"1": 10.0, "2": 0.0, "3": 0.0},
+                          "replmon_broker_max_replica_lag_messages": {"1": 0.0, "2": 0.0, "3": 7.0}}
     lag = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_lag_messages"]}
     assert lag[("4", "3")] == 7.0 and lag[("4", "1")] == 0.0
     assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 42.0)]
@@ -161,6 +180,34 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     newer = metrics_rows(1, unhealthy=set()).assign(partition=4, sample_time_ms=6_000)
     exporter.update_partitions(newer)
     assert scrape(port, timeout_s=10)["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
+
+
+def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch() -> None:
+    """Against the plain rule, the whole table and the batch merged and deduplicated: older rows never replace
+    newer ones, a tie goes to the later row, new partitions join, and a column that meets a null (an integer column
+    becoming float) keeps every value."""
+    rng = random.Random(7)
+    exporter = JobExporter(series_budget=100)
+    expected = pd.DataFrame()
+    for batch in range(30):
+        rows = metrics_rows(40, unhealthy=set()).sample(n=rng.randint(1, 40), random_state=batch)
+        rows = rows.assign(partition=[rng.randrange(60) for _ in range(len(rows))],
+                           sample_time_ms=[rng.randrange(5) * 1_000 for _ in range(len(rows))],
+                           hw_lag=[rng.randrange(100) for _ in range(len(rows))])
+        if batch % 7 == 3:
+            rows["high_watermark"] = [None if rng.random() < 0.5 else 9 for _ in range(len(rows))]
+        exporter.update_partitions(rows)
+        merged = rows if expected.empty else pd.concat([expected, rows], ignore_index=True)
+        expected = merged.sort_values("sample_time_ms", kind="stable").drop_duplicates(
+            subset=["cluster", "topic", "partition"], keep="last")
+        got = exporter.snapshot()
+        assert len(got) == len(expected)
+        for frame_ in (got, expected):
+            frame_.sort_values("partition", inplace=True, ignore_index=True)
+        assert got[["partition", "sample_time_ms", "hw_lag"]].equals(expected[["partition", "sample_time_ms",
+                                                                                "hw_lag"]])
+        assert got["high_watermark"].fillna(-1).tolist() == expected["high_watermark"].fillna(-1).tolist()
+    assert len(got) > 40  # partitions joined after the first batch
 
 
 def test_everything_exported_is_in_the_catalogue() -> None:
