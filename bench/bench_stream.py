@@ -516,9 +516,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    from streaming.job import RunningJob, kafka_source, parse_samples, processor_input, start_job
+    from streaming.job import JsonProgressListener, RunningJob, kafka_source, parse_samples, processor_input, start_job
     from streaming.session import get_session
 
     results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
@@ -564,18 +562,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         print(f"spark session up {time.monotonic() - started:.0f}s after the start", flush=True)
         log = ProgressLog()
 
-        class Listener(StreamingQueryListener):
-            def onQueryStarted(self, event: Any) -> None:
-                pass
-
+        class Listener(JsonProgressListener):  # the job's own way: one Py4J call per event, in every phase
             def onQueryProgress(self, event: Any) -> None:
                 log.add(json.loads(event.progress.json))
-
-            def onQueryIdle(self, event: Any) -> None:
-                pass
-
-            def onQueryTerminated(self, event: Any) -> None:
-                pass
 
         spark.streams.addListener(Listener())
 

@@ -24,10 +24,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
+from pyspark import SparkContext
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryProgressEvent
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from collectors.samples import (
@@ -283,14 +285,63 @@ class StateBatchHandler:
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
 
 
-class ProgressListener(StreamingQueryListener):
-    """The job's own health, from Spark's query progress."""
+class JsonProgressListener(StreamingQueryListener):
+    """A listener of query progress (the other events are not read), each event crossing Py4J once, as the JSON
+    Spark writes of it (:class:`JsonProgressEvents`). Subclasses define ``onQueryProgress``.
 
-    def __init__(self, exporter: JobExporter) -> None:
-        self.exporter = exporter
+    PySpark's own listener reads an event field by field over Py4J, each Java collection to its end. The end of a
+    Java iterator is an exception, and PySpark tests each one against 14 exception classes, in 3 Py4J lookups
+    apiece; two of them are package names, so the JVM searches every jar on its class path for a class of that
+    name. That was ~500 Py4J commands per progress event (scratch count on a stateful query; see
+    docs/benchmarks.md), on every micro-batch of every query in the session."""
+
+    @property
+    def _jlistener(self) -> Any:  # what StreamingQueryManager.addListener registers with the JVM
+        if not hasattr(self, "_json_jlistener"):
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a listener is added to the streams of a running session"
+            self._json_jlistener = jvm.PythonStreamingQueryListenerWrapper(JsonProgressEvents(self))
+        return self._json_jlistener
 
     def onQueryStarted(self, event: Any) -> None:
         pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+class JsonProgressEvents:
+    """The JVM's side of a :class:`JsonProgressListener` (a Py4J callback of Spark's PythonStreamingQueryListener): a
+    progress event reaches it as one ``json()`` call, parsed by PySpark's own ``QueryProgressEvent.fromJson``
+    (Spark Connect's path)."""
+
+    def __init__(self, listener: StreamingQueryListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.listener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+class ProgressListener(JsonProgressListener):
+    """The job's own health, from Spark's progress of the state query."""
+
+    def __init__(self, exporter: JobExporter) -> None:
+        self.exporter = exporter
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
@@ -301,12 +352,6 @@ class ProgressListener(StreamingQueryListener):
         self.exporter.set_job("replmon_job_processed_rows_per_second", float(progress.processedRowsPerSecond or 0))
         rows = sum(op.numRowsTotal for op in progress.stateOperators)
         self.exporter.set_job("replmon_job_state_rows", float(rows))
-
-    def onQueryIdle(self, event: Any) -> None:
-        pass
-
-    def onQueryTerminated(self, event: Any) -> None:
-        pass
 
 
 STOP_BATCH_WAIT_S = 10.0

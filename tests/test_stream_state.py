@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 from collectors.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
-from streaming.job import BatchGate, JobStats, RunningJob
+from streaming.job import BatchGate, JobStats, ProgressListener, RunningJob
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
@@ -141,6 +141,44 @@ def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
         f"SELECT partition, max(sample_time_ms) FROM stale_timers WHERE kind = '{KIND_PARTITION}' "
         "AND NOT stale GROUP BY partition").collect()}
     assert last[1] - last[0] >= 1000  # partition 1 was sampled for longer: its STALE came from a later timer
+
+
+def test_the_job_health_gauges_carry_spark_s_progress_of_the_state_query(spark: SparkSession, tmp_path: Any) -> None:
+    """ProgressListener on a real stateful query named as the job's state query: its gauges come to hold the figures
+    of Spark's own progress report of the same micro-batch (read as the event's JSON, one Py4J call per event)."""
+    exporter = JobExporter(series_budget=10)
+    listener = ProgressListener(exporter)
+    spark.streams.addListener(listener)
+    rows = spark.readStream.format("rate").option("rowsPerSecond", 20).load()
+    time_ms = (F.col("timestamp").cast("double") * 1000).cast("long")
+    samples = rows.select((F.col("value") % 3).cast("int").alias("bucket"), F.lit("p").alias("kind"),
+                          F.format_string(_sample_text(0), "value", time_ms).alias("sample"),
+                          time_ms.alias("sample_time_ms"), F.col("value").alias("cycle"))
+    query = (samples.groupBy("bucket")
+             .transformWithStateInPandas(ReplicationProcessor(DetectConfig()), OUTPUT_SCHEMA, "Append",
+                                         "ProcessingTime")
+             .writeStream.format("noop").queryName("replmon-state").outputMode("append")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
+
+    def gauges() -> dict[str, float]:
+        return {f.name: f.samples[0].value for f in exporter.collect()
+                if f.name.startswith("replmon_job_") and f.samples and not f.samples[0].labels}
+
+    def agree() -> bool:
+        assert query.exception() is None, query.exception()
+        progress, seen = query.lastProgress, gauges()
+        return progress is not None and progress.numInputRows > 0 and seen.get("replmon_job_state_rows", 0) > 0 \
+            and seen == {**seen,
+                         "replmon_job_batch_duration_seconds": progress.batchDuration / 1000.0,
+                         "replmon_job_input_rows_per_second": float(progress.inputRowsPerSecond),
+                         "replmon_job_processed_rows_per_second": float(progress.processedRowsPerSecond),
+                         "replmon_job_state_rows": float(sum(op.numRowsTotal for op in progress.stateOperators))}
+
+    try:
+        wait_until(agree, 120, "the job's gauges to match the state query's progress")
+    finally:
+        query.stop()
+        spark.streams.removeListener(listener)
 
 
 def gated_job(spark: SparkSession, handler: Callable[[Any, int], None], gate: BatchGate, checkpoint: Path
