@@ -447,7 +447,7 @@ class Demo:
         loss = Outcome("committed messages lost", out.injected_ms, "HW_REGRESSION")
         self.outcomes.append(loss)
         self.wait_event(loss, of(topic, "HW_REGRESSION"))
-        lost = set(acknowledged) - set(readable_sequences(cluster.bootstrap_servers, topic))
+        lost = set(acknowledged) - set(readable_sequences(cluster.live_bootstrap_servers, topic))
         replmon_says = loss.event.get("committed_lost") if loss.event else None
         loss.note = f"{len(lost)} acknowledged messages unreadable; replmon: {replmon_says} committed lost"
         self.say(f"a consumer can no longer read {len(lost)} acknowledged messages; replmon reports "

@@ -208,7 +208,7 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
     only_on_leader = set(acknowledged) - set(replicated)
     assert len(only_on_leader) >= 150
     # committed: min.insync.replicas=1 lets the HW cover what the lone leader holds
-    assert set(acknowledged) <= set(readable_sequences(cluster.bootstrap_servers, topic))
+    assert set(acknowledged) <= set(readable_sequences(cluster.live_bootstrap_servers, topic))
     high_watermark = view.high_watermark(topic)
     former = view.partition(topic)
     before_leader_dies(high_watermark)
@@ -221,7 +221,7 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
                        "the unclean election of broker 2")
     assert 2 not in former.isr and 2 not in former.elr
     assert after.leader_epoch > former.leader_epoch
-    readable = set(readable_sequences(cluster.bootstrap_servers, topic))
+    readable = set(readable_sequences(cluster.live_bootstrap_servers, topic))
     lost = set(acknowledged) - readable
     assert lost == only_on_leader, "exactly what only the old leader held is lost"
     assert readable == set(replicated)

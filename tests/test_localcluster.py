@@ -194,8 +194,11 @@ def test_paused_follower_leaves_the_isr_and_returns_on_resume(
     producer.wait_acknowledged(50)
     wait_until(lambda: len(kafka_view.partition(topic_name).isr) == 3, 30, "a full ISR")
 
+    port = {b: healthy_cluster.broker(b).port for b in (1, 2, 3)}
+    assert healthy_cluster.live_bootstrap_servers == ",".join(f"127.0.0.1:{port[b]}" for b in (1, 2, 3))
     healthy_cluster.pause(3)
     paused_at = time.monotonic()
+    assert healthy_cluster.live_bootstrap_servers == f"127.0.0.1:{port[1]},127.0.0.1:{port[2]}"  # no paused one
     wait_until(lambda: 3 not in kafka_view.partition(topic_name, via=1).isr, 2 * LAG_MAX_S,
                "broker 3 to leave the ISR within 2 x replica.lag.time.max.ms")
     assert time.monotonic() - paused_at <= 2 * LAG_MAX_S + 1
@@ -217,6 +220,7 @@ def test_killed_leader_is_replaced_with_the_next_leader_epoch(
     assert before.leader == 2
 
     healthy_cluster.kill(2)
+    assert f":{healthy_cluster.broker(2).port}" not in healthy_cluster.live_bootstrap_servers  # nor a dead one
     after = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader not in (2, -1) and v,
                        30, "a new leader after the kill")
     assert after.leader in (1, 3)
