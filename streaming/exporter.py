@@ -189,8 +189,8 @@ class JobExporter(Collector):
         keys = pd.MultiIndex.from_frame(new[KEY])
         with self._lock:
             table, index = self._table, self._keys
-        if table.empty or set(table.columns) != set(new.columns):
-            table, index = self._merged(table, new)
+        if table.empty:
+            table, index = new.reset_index(drop=True), keys
         else:
             position = index.get_indexer(keys)
             seen = position >= 0
@@ -204,14 +204,6 @@ class JobExporter(Collector):
                 index = index.append(keys[added])
         with self._lock:
             self._table, self._keys = table, index
-
-    @staticmethod
-    def _merged(table: pd.DataFrame, new: pd.DataFrame) -> tuple[pd.DataFrame, pd.MultiIndex]:
-        """The first rows, or rows of other columns: table and rows merged whole."""
-        merged = new if table.empty else pd.concat([table, new], ignore_index=True)
-        merged = merged.sort_values("sample_time_ms", kind="stable").drop_duplicates(subset=KEY, keep="last")
-        merged = merged.reset_index(drop=True)
-        return merged, pd.MultiIndex.from_frame(merged[KEY])
 
     def count_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:

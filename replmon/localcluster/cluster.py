@@ -399,7 +399,7 @@ class LocalCluster:
     # ------------------------------------------------------------------ inspection
     @property
     def bootstrap_servers(self) -> str:
-        return ",".join(f"127.0.0.1:{n.port}" for n in self.spec.nodes if n.role == NodeRole.BROKER)
+        return _addresses(n for n in self.spec.nodes if n.role == NodeRole.BROKER)
 
     @property
     def live_bootstrap_servers(self) -> str:
@@ -409,7 +409,7 @@ class LocalCluster:
         bootstrap within its 30 s in one CI run (it never drew the live one in 10 tries)."""
         brokers = [n for n in self.spec.nodes if n.role == NodeRole.BROKER]
         live = [n for n in brokers if self.node_state(n.node_id) == NodeState.RUNNING]
-        return ",".join(f"127.0.0.1:{n.port}" for n in live or brokers)
+        return _addresses(live or brokers)
 
     @property
     def broker_ids(self) -> list[int]:
@@ -619,6 +619,11 @@ class LocalCluster:
 
     def describe(self) -> dict[str, Any]:
         return json.loads(self.spec.model_dump_json())
+
+
+def _addresses(nodes: Iterable[NodeSpec]) -> str:
+    """A bootstrap list: the loopback address of each node's port."""
+    return ",".join(f"127.0.0.1:{n.port}" for n in nodes)
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:
