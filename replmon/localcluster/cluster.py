@@ -555,12 +555,13 @@ class LocalCluster:
         return pid
 
     def pause(self, broker_id: int) -> None:
-        """SIGSTOP: the broker stops fetching and heartbeating but keeps its sockets open."""
-        self._signal(broker_id, signal.SIGSTOP)
+        """SIGSTOP: the broker stops fetching and heartbeating but keeps its sockets open. Returns once the kernel
+        shows it stopped (a signal is delivered asynchronously), so ``node_state`` says PAUSED from then on."""
+        _wait_stopped(self._signal(broker_id, signal.SIGSTOP), True, 10.0)
 
     def resume(self, broker_id: int) -> None:
-        """SIGCONT."""
-        self._signal(broker_id, signal.SIGCONT)
+        """SIGCONT; returns once the broker no longer shows as stopped."""
+        _wait_stopped(self._signal(broker_id, signal.SIGCONT), False, 10.0)
 
     def resume_all(self) -> None:
         for broker_id in self.broker_ids:
@@ -624,6 +625,15 @@ class LocalCluster:
 def _addresses(nodes: Iterable[NodeSpec]) -> str:
     """A bootstrap list: the loopback address of each node's port."""
     return ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+
+
+def _wait_stopped(pid: int, stopped: bool, timeout_s: float) -> None:
+    """Until the process shows as stopped by a signal (or no longer does, ``stopped`` False)."""
+    deadline = time.monotonic() + timeout_s
+    while (_proc_state(pid) in ("T", "t")) != stopped:
+        if time.monotonic() > deadline:
+            raise ReplmonError(f"process {pid} did not {'stop' if stopped else 'continue'} within {timeout_s:.0f}s")
+        time.sleep(0.01)
 
 
 def _wait_gone(pid: int, timeout_s: float) -> None:
