@@ -53,6 +53,8 @@ class SequencedProducer:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
+        self._sending = threading.Lock()
+        """Held by the loop while it sends one message; pause() waits for it."""
         self._producer = KafkaProducer(
             bootstrap_servers=bootstrap_servers, acks=acks, linger_ms=5, retries=2,
             request_timeout_ms=5000, delivery_timeout_ms=12000, max_block_ms=5000,
@@ -78,7 +80,9 @@ class SequencedProducer:
         while not self._stop.is_set():
             if not self._running.wait(timeout=0.1):
                 continue
-            self.send_one()
+            with self._sending:
+                if self._running.is_set():  # pause() may have come between the wait and here
+                    self.send_one()
             self._stop.wait(self.interval_s)
 
     def send_one(self) -> None:
@@ -103,7 +107,11 @@ class SequencedProducer:
             self.ack.failed += 1
 
     def pause(self) -> None:
+        """Stop writing; returns with every message sent so far acknowledged or failed (a send the loop had begun
+        is in the producer before the flush), so ``acknowledged()`` is final until ``resume()``."""
         self._running.clear()
+        with self._sending:
+            pass
         self.flush()
 
     def resume(self) -> None:
@@ -112,6 +120,12 @@ class SequencedProducer:
     def flush(self, timeout_s: float = 15.0) -> None:
         with contextlib.suppress(Exception):
             self._producer.flush(timeout=timeout_s)
+
+    @property
+    def sent(self) -> int:
+        """How many messages the producer took a sequence number for."""
+        with self._lock:
+            return self._next
 
     def acknowledged(self) -> dict[int, tuple[int, int]]:
         with self._lock:

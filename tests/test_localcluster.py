@@ -186,6 +186,22 @@ def test_rf3_topic_produce_and_consume(cluster: LocalCluster, kafka_view: KafkaV
 
 
 @pytest.mark.cluster
+def test_a_paused_producer_has_every_message_it_sent_settled(cluster: LocalCluster, kafka_view: KafkaView,
+                                                             topic_name: str, producer_factory) -> None:  # type: ignore[no-untyped-def]
+    """pause() returns with nothing in flight: every sequence number the producer took is acknowledged or failed,
+    so what it reports acknowledged is final (the demo and the unclean scenario compare it with what a consumer
+    still reads). Sending without pause between messages, a send the loop had begun used to land after the flush."""
+    kafka_view.create_topic(topic_name, replication_factor=1)
+    producer = producer_factory(topic_name, acks=1, interval_s=0)
+    producer.wait_acknowledged(10)
+    for _ in range(100):
+        producer.pause()
+        settled = len(producer.acknowledged()) + producer.ack.failed
+        assert settled == producer.sent, "a message sent before pause() returned is still in flight"
+        producer.resume()
+
+
+@pytest.mark.cluster
 def test_paused_follower_leaves_the_isr_and_returns_on_resume(
     healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
