@@ -131,10 +131,6 @@ class SequencedProducer:
         with self._lock:
             return dict(self.ack.offsets)
 
-    @property
-    def sent(self) -> int:
-        return self._next
-
     def wait_acknowledged(self, count: int, timeout_s: float = 30.0) -> None:
         """Wait until at least ``count`` more messages than now are acknowledged."""
         target = len(self.acknowledged()) + count
