@@ -19,6 +19,21 @@ KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas"
 """Spark's default (secret|password|token|access.key) plus ``jaas``: ``kafka.sasl.jaas.config``."""
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+FILESYSTEM_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+
+STATE_CONF = {
+    "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+    # a commit writes the batch's changes, not a snapshot of the store (snapshots in the background); Spark
+    # reads a checkpoint written either way, so it applies to existing checkpoints too
+    "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # The checkpoint is a local directory (stream.checkpoint_dir). Spark's default manager renames a checkpoint
+    # file through Hadoop's FileContext, which on the local filesystem starts a `readlink` process (and more)
+    # per rename: the offsets log, the commit log and each state task's changelog, every micro-batch, ~40 ms
+    # apiece on a busy JVM. Hadoop's FileSystem.rename is a plain rename(2) there, as atomic, and the files are
+    # the same: a checkpoint written by either manager is read by the other.
+    "spark.sql.streaming.checkpointFileManagerClass": FILESYSTEM_CHECKPOINT_MANAGER,
+}
+"""How the session keeps the query's state and checkpoint (also the tests' own sessions)."""
 
 
 PYTHON_CONF = {
@@ -68,11 +83,8 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         # commit, its Python worker's setup); 4 on 2 cores ran in two waves.
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
-        # a commit writes the batch's changes, not a snapshot of the store (snapshots in the background); Spark
-        # reads a checkpoint written either way, so it applies to existing checkpoints too
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
         "spark.sql.session.timeZone": "UTC",
-        "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
+        **STATE_CONF,
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",

@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from replmon.localcluster import LocalCluster
 from replmon.workload import SequencedProducer
-from streaming.session import PYTHON_CONF, ROCKSDB_PROVIDER
+from streaming.session import PYTHON_CONF, STATE_CONF
 from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import Pipeline, running_pipeline
 from tests.prometheus import Prometheus, running_prometheus
@@ -42,14 +42,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="module")
 def spark() -> Iterator[SparkSession]:
     """A local Spark session in the test process, for the job's Spark parts without Kafka (parsing, the state
-    store): one core, loopback only, the job's state store provider and Python settings; stopped after the
+    store): one core, loopback only, the job's state store, checkpoint and Python settings; stopped after the
     module, so that no JVM of the test process outlives the tests that need it."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     session = (SparkSession.builder.master("local[1]").appName("replmon-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config("spark.sql.streaming.stateStore.providerClass", ROCKSDB_PROVIDER)
-               .config(map=PYTHON_CONF).getOrCreate())
+               .config(map=STATE_CONF).config(map=PYTHON_CONF).getOrCreate())
     yield session
     session.stop()
 

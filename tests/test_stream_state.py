@@ -31,6 +31,7 @@ from streaming.processor import (
     PackedTable,
     ReplicationProcessor,
 )
+from streaming.session import FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
 from streaming.state import PartitionState
 from tests.kafka_view import wait_until
 
@@ -46,6 +47,9 @@ OUTPUT = StructType([StructField("entries_before", LongType()), StructField("tab
 class GrowingTable(StatefulProcessor):
     """Each batch: load the bucket's table, add one big entry, save it, and say what it found."""
 
+    def __init__(self, entry_bytes: int = ENTRY_BYTES) -> None:
+        self.entry_bytes = entry_bytes
+
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.table = BucketTable(handle)
 
@@ -55,7 +59,7 @@ class GrowingTable(StatefulProcessor):
             pass
         table = self.table.load() or PackedTable()
         before = len(table)
-        table[("c", "t", before)] = PartitionState.new("c", "t", before, os.urandom(ENTRY_BYTES).decode("latin-1"))
+        table[("c", "t", before)] = PartitionState.new("c", "t", before, os.urandom(self.entry_bytes).decode("latin-1"))
         self.table.save(table)
         yield pd.DataFrame({"entries_before": [before],
                             "table_bytes": [sum(len(state.meta.topic_id or "") for state in table.values())]})
@@ -81,6 +85,61 @@ def test_a_bucket_table_of_megabytes_survives_each_micro_batch(spark: SparkSessi
     seen = batches()[:5]
     # each batch found every entry the batches before it saved: up to a table of 10 MB, read back whole
     assert seen == [(n, (n + 1) * ENTRY_BYTES) for n in range(5)]
+
+
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+SPARK_DEFAULT_MANAGER = "org.apache.spark.sql.execution.streaming.FileContextBasedCheckpointFileManager"
+
+
+def _checkpoint_manager(spark: SparkSession, checkpoint: Path) -> str:
+    """The class of the file manager Spark makes for a query's checkpoint with the session's settings now."""
+    jvm = spark._jvm
+    assert jvm is not None
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    manager = jvm.org.apache.spark.sql.execution.streaming.CheckpointFileManager.create(
+        jvm.org.apache.hadoop.fs.Path(str(checkpoint)), conf)
+    return str(manager.getClass().getName())
+
+
+def _growing_run(spark: SparkSession, checkpoint: Path) -> list[int]:
+    """Two or more micro-batches of GrowingTable on ``checkpoint``: the entries each found."""
+    found: list[int] = []
+    source = spark.readStream.format("rate").option("rowsPerSecond", 5).load()
+    query = (source.select(F.lit(0).alias("bucket"), "value").groupBy("bucket")
+             .transformWithStateInPandas(GrowingTable(entry_bytes=100), OUTPUT, "Append", "None")
+             .writeStream.foreachBatch(lambda batch, _id: found.extend(r[0] for r in batch.collect()))
+             .option("checkpointLocation", str(checkpoint)).trigger(processingTime="500 milliseconds").start())
+
+    def two_batches() -> bool:
+        assert query.exception() is None, query.exception()
+        return len(found) >= 2
+
+    try:
+        wait_until(two_batches, 120, "two micro-batches")
+    finally:
+        query.stop()
+    return sorted(found)
+
+
+def test_a_checkpoint_moves_between_spark_s_default_file_manager_and_the_job_s(
+        spark: SparkSession, tmp_path: Any) -> None:
+    """The job writes its checkpoint with Hadoop's FileSystem API (STATE_CONF: FileContext's rename starts a
+    process per file on the local filesystem), Spark's default is FileContext: a checkpoint of a replmon before
+    the change is read by the new one, and the other way round. Three runs on one checkpoint, default / the
+    job's / default, each going on from the state and offsets the run before left."""
+    checkpoint = tmp_path / "checkpoint"
+    assert _checkpoint_manager(spark, checkpoint) == FILESYSTEM_CHECKPOINT_MANAGER  # the session's setting holds
+    seen: list[int] = []
+    try:
+        for manager in (SPARK_DEFAULT_MANAGER, FILESYSTEM_CHECKPOINT_MANAGER, SPARK_DEFAULT_MANAGER):
+            spark.conf.set(CHECKPOINT_MANAGER, manager)
+            assert _checkpoint_manager(spark, checkpoint) == manager
+            seen.extend(_growing_run(spark, checkpoint))
+    finally:
+        spark.conf.set(CHECKPOINT_MANAGER, STATE_CONF[CHECKPOINT_MANAGER])
+    # every batch found the entries of all the batches before it, whichever manager wrote them
+    assert seen == list(range(len(seen))), seen
+    assert len(seen) >= 6
 
 
 def test_python_workers_import_nothing_from_the_archives_spark_puts_on_their_path(spark: SparkSession) -> None:
