@@ -431,8 +431,12 @@ class BatchGate:
             running, last = self._running, self._last
         if running is not None:
             return False
-        progress = query.lastProgress
-        return last < 0 or (progress is not None and progress.batchId >= last)
+        if last < 0:
+            return True
+        # the id only, from the JVM's progress object: PySpark's lastProgress rebuilds the whole progress over
+        # Py4J (~650 commands), at every poll of a stop
+        progress = query._jsq.lastProgress()
+        return progress is not None and progress.batchId() >= last
 
 
 @dataclass
