@@ -196,6 +196,15 @@ class StreamConfig(_Section):
     flapping_threshold: int = Field(default=4, ge=1)
     spark_conf: dict[str, str] = {}
 
+    @field_validator("checkpoint_dir", "history_dir", mode="before")
+    @classmethod
+    def _local_directory(cls, value: Any) -> Any:
+        """The job reads and writes both with local file I/O (and its checkpoint manager renames files there,
+        streaming.session.STATE_CONF): a URI would become a relative directory named after its scheme."""
+        if isinstance(value, str) and "://" in value:
+            raise ValueError(f"{value!r} is a URI; give a local directory (a mounted volume for shared storage)")
+        return value
+
 
 class GrafanaConfig(_Section):
     url: str = "http://127.0.0.1:3000"

@@ -46,6 +46,8 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     ("collectr: {}", "collectr"),
     (f"collector: {{collector_id: {'x' * 181}}}", "collector.collector_id"),
     ("clusters: [{name: a, bootstrap_servers: 'h:1'}, {name: a, bootstrap_servers: 'h:2'}]", "unique"),
+    ("stream: {checkpoint_dir: 'hdfs://namenode/replmon/checkpoint'}", "stream.checkpoint_dir"),
+    ("stream: {history_dir: 's3a://bucket/replmon/history'}", "stream.history_dir"),
 ])
 def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:
     with pytest.raises(ReplmonError, match=re.escape(where)):
