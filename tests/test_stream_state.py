@@ -160,6 +160,22 @@ def test_python_workers_import_nothing_from_the_archives_spark_puts_on_their_pat
     assert archives == []
 
 
+def test_a_reused_python_worker_s_collections_walk_only_what_its_last_task_created(spark: SparkSession) -> None:
+    """The job's worker daemon freezes what a task leaves alive (streaming.worker_daemon.frozen_after_each): the
+    full collection PySpark's daemon runs after each task walks what the next task creates, not the tens of
+    thousands of objects of the worker's modules."""
+    def collector(_: Any) -> tuple[int, int, int]:
+        import gc
+
+        return os.getpid(), gc.get_freeze_count(), len(gc.get_objects())
+
+    runs = [spark.sparkContext.parallelize([0], 1).map(collector).collect()[0] for _ in range(3)]
+    pid, frozen, walked = runs[-1]
+    assert pid == runs[-2][0]  # an idle worker is reused
+    assert frozen > 20_000, runs  # pyspark, cloudpickle, ... as the tasks before left them
+    assert walked < frozen / 4, runs  # what this task made so far
+
+
 def _sample_text(partition: int) -> str:
     """A partition sample's JSON with ``%d`` where its cycle and sample time go (filled in by Spark)."""
     sample = PartitionSample(cluster="c", collector_id="x", cycle=123456789, sample_time_ms=987654321, topic="t",
