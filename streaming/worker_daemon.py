@@ -1,6 +1,6 @@
 """Spark's Python worker daemon for the job (``spark.python.daemon.module``): ``pyspark.daemon``, with imports
 from zip archives turned off in the daemon and in the workers it forks, and what each task leaves alive frozen
-out of the garbage collector's walks (:func:`frozen_after_each`).
+out of the garbage collector's walks (:func:`frozen_before_each`).
 
 Spark puts archives on its Python workers' import path: pyspark.zip, py4j's zip and the spark-core jar (their
 PYTHONPATH), and, with ``spark.jars.packages``, every resolved jar (the Kafka connector's) among each task's
@@ -31,23 +31,21 @@ def without_archives() -> None:
 Task = Callable[[socket.socket, bool], int]
 
 
-def frozen_after_each(task: Task) -> Task:
-    """``task`` (pyspark.daemon's ``worker``: one task of a reused worker), then a collection and ``gc.freeze()``:
-    what the task left alive (modules, their caches) goes to the collector's permanent generation.
+def frozen_before_each(task: Task) -> Task:
+    """``task`` (pyspark.daemon's ``worker``: one task of a reused worker), after ``gc.freeze()``: what the tasks
+    before left alive (modules, their caches) goes to the collector's permanent generation.
 
     PySpark's daemon runs a full ``gc.collect()`` in a reused worker after each task. A full collection walks
     every object the collector tracks, and a worker holds pyspark, pandas, pyarrow, pydantic and the job's
     modules: ~85,000 objects, 55-70 ms per collection on this machine, after every task of every micro-batch.
     py-spy of the Python workers of a small stateful query found 59% of their busy time in that collection;
     frozen, their CPU per micro-batch halved (docs/benchmarks.md, "Streaming job"). Frozen objects are not
-    walked; reference counting still frees them (only a reference cycle among them, once dropped, would stay),
-    and a task's own garbage is collected right before the freeze."""
+    walked; reference counting still frees them (only a reference cycle among them, once dropped, would stay).
+    The daemon's collection after the previous task has taken that task's garbage before the freeze, so each
+    task is collected once, over what it created."""
     def run(sock: socket.socket, authenticated: bool) -> int:
-        try:
-            return task(sock, authenticated)
-        finally:
-            gc.collect()
-            gc.freeze()
+        gc.freeze()
+        return task(sock, authenticated)
 
     return run
 
@@ -56,5 +54,5 @@ if __name__ == "__main__":
     without_archives()
     from pyspark import daemon
 
-    daemon.worker = frozen_after_each(daemon.worker)  # looked up by daemon.manager at each task
+    daemon.worker = frozen_before_each(daemon.worker)  # looked up by daemon.manager at each task
     daemon.manager()

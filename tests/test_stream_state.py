@@ -161,7 +161,7 @@ def test_python_workers_import_nothing_from_the_archives_spark_puts_on_their_pat
 
 
 def test_a_reused_python_worker_s_collections_walk_only_what_its_last_task_created(spark: SparkSession) -> None:
-    """The job's worker daemon freezes what a task leaves alive (streaming.worker_daemon.frozen_after_each): the
+    """The job's worker daemon freezes what a task leaves alive (streaming.worker_daemon.frozen_before_each): the
     full collection PySpark's daemon runs after each task walks what the next task creates, not the tens of
     thousands of objects of the worker's modules."""
     def collector(_: Any) -> tuple[int, int, int]:
