@@ -35,11 +35,11 @@ from bench.docsection import write_section  # noqa: E402
 from collectors.protocol.runner import ClusterLoop  # noqa: E402
 from collectors.protocol.sampler import ClusterSampler  # noqa: E402
 from collectors.publisher import JsonLinesOutput  # noqa: E402
-from collectors.samples import CycleSample, PartitionSample, Sample  # noqa: E402
-from replmon.config import ClusterConfig, CollectorConfig, TopicFilter  # noqa: E402
-from replmon.localcluster import LocalCluster  # noqa: E402
-from replmon.localcluster.cluster import cluster_pids  # noqa: E402
-from replmon.processes import interrupt_on_sigterm  # noqa: E402
+from replmon.contracts.samples import CycleSample, PartitionSample, Sample  # noqa: E402
+from replmon.core.config import ClusterConfig, CollectorConfig, TopicFilter  # noqa: E402
+from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
+from replmon.testbed.localcluster import LocalCluster  # noqa: E402
+from replmon.testbed.localcluster.cluster import cluster_pids  # noqa: E402
 
 TOPIC_PARTITIONS = 1000
 REFRESH = 1_000_000  # no lineage/config refresh during the timed cycles

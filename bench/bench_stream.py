@@ -58,12 +58,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.docsection import write_section  # noqa: E402
-from collectors.samples import PartitionSample, ReplicaOffsets, parse_sample, to_json  # noqa: E402
-from replmon.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
-from replmon.kafka_topics import ensure_topic  # noqa: E402
-from replmon.localcluster import LocalCluster  # noqa: E402
-from replmon.localcluster.artifacts import java_executable, kafka_libs  # noqa: E402
-from replmon.processes import interrupt_on_sigterm  # noqa: E402
+from replmon.contracts.samples import PartitionSample, ReplicaOffsets, parse_sample, to_json  # noqa: E402
+from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
+from replmon.core.kafka_topics import ensure_topic  # noqa: E402
+from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
+from replmon.testbed.localcluster import LocalCluster  # noqa: E402
+from replmon.testbed.localcluster.artifacts import java_executable, kafka_libs  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "bench_stream.png"

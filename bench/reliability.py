@@ -51,13 +51,13 @@ if str(ROOT) not in sys.path:
 import yaml  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
-from collectors.samples import PartitionSample, parse_sample  # noqa: E402
-from replmon.localcluster import LocalCluster  # noqa: E402
-from replmon.localcluster.cluster import die_with_parent, free_port  # noqa: E402
-from replmon.processes import wait_until  # noqa: E402
-from replmon.workload import SequencedProducer  # noqa: E402
+from replmon.contracts.events import EventType  # noqa: E402
+from replmon.contracts.samples import PartitionSample, parse_sample  # noqa: E402
+from replmon.core.processes import wait_until  # noqa: E402
+from replmon.testbed.localcluster import LocalCluster  # noqa: E402
+from replmon.testbed.localcluster.cluster import die_with_parent, free_port  # noqa: E402
+from replmon.testbed.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
-from streaming.events import EventType  # noqa: E402
 from streaming.exporter import PARTITION_GAUGES, Scraped, scrape  # noqa: E402
 from streaming.state import PartitionState  # noqa: E402
 
@@ -264,7 +264,7 @@ class FaultLoad:
 
     def __init__(self, cluster: LocalCluster, topics: dict[str, int], rng: random.Random,
                  fault_deadline_s: float = 40.0) -> None:
-        from tests.kafka_view import KafkaView
+        from replmon.testbed.kafka_view import KafkaView
 
         self.cluster = cluster
         self.topics = topics
@@ -488,8 +488,8 @@ def clusters(work: Path) -> Iterator[tuple[LocalCluster, LocalCluster]]:
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from replmon.config import load_config
-    from tests.kafka_view import KafkaView
+    from replmon.core.config import load_config
+    from replmon.testbed.kafka_view import KafkaView
 
     rng = random.Random(args.seed)
     started = time.monotonic()

@@ -9,7 +9,7 @@ Both offer the same small API (:class:`SampleSink`), used by the protocol sample
     sink.dropped, sink.buffered             # counts
     sink.close()
 
-Values are :func:`collectors.samples.to_json`, keys :func:`record_key` (cluster/topic/partition), so every
+Values are :func:`replmon.contracts.samples.to_json`, keys :func:`record_key` (cluster/topic/partition), so every
 sample of one partition lands in one Kafka partition, in order. The samples topic is created when missing,
 with ``retention.ms`` and ``compression.type``. When the samples cluster is away, samples wait in a bounded
 buffer (``collector.buffer_max_samples``) and the sender backs off exponentially; a delivery that fails for a
@@ -29,9 +29,9 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any, Protocol
 
 from collectors.metrics import CollectorMetrics
-from collectors.samples import CycleSample, Sample, sample_key, to_json
-from replmon.config import ReplmonConfig
-from replmon.kafka_topics import ensure_topic
+from replmon.contracts.samples import CycleSample, Sample, sample_key, to_json
+from replmon.core.config import ReplmonConfig
+from replmon.core.kafka_topics import ensure_topic
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ Three dashboards (uids are stable: links, pushes and provisioning rely on them):
   replicas and min.insync.replicas, HW, LEO, HW lag, per-replica lag and ISR membership, leader and epoch.
 
 All three show replmon's events as annotations (increases of replmon_events_total and of the data-loss
-counters). Every query uses only metrics from the catalogue (streaming/metrics_catalog.py) or the collector
+counters). Every query uses only metrics from the catalogue (replmon/contracts/metrics.py) or the collector
 (collectors/metrics.py); :func:`build_all` refuses anything else.
 """
 
@@ -48,7 +48,7 @@ DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 TAG = "replmon"
 REFRESH = "30s"
 
-# event types grouped for annotations (values of replmon_events_total's type label, see streaming/events.py)
+# event types grouped for annotations (values of replmon_events_total's type label, see replmon/contracts/events.py)
 ISR_EVENTS = ("ISR_SHRINK", "ISR_EXPAND", "ISR_FLAPPING")
 
 

@@ -1,6 +1,6 @@
 """The series names Prometheus can see from replmon, and the ``replmon_*`` names a PromQL expression uses.
 
-Two sources, never a third: the streaming job's catalogue (streaming/metrics_catalog.py) and the collector's
+Two sources, never a third: the streaming job's catalogue (replmon/contracts/metrics.py) and the collector's
 own metrics (collectors/metrics.py), read from a fresh registry so the names are exactly what
 prometheus-client exposes (a counter ``x`` is exposed as ``x_total``, a histogram as ``x_bucket``, ``x_sum``,
 ``x_count``). The dashboards builder and the tests of the alert rules and dashboards check against this.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 
 from collectors.metrics import CollectorMetrics
-from streaming.metrics_catalog import exposed_names
+from replmon.contracts.metrics import exposed_names
 
 _SUFFIXES = {
     "counter": ("_total", "_created"),

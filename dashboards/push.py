@@ -18,8 +18,8 @@ from grafana_client.client import (
     GrafanaUnauthorizedError,
 )
 
-from replmon.config import GrafanaConfig
-from replmon.errors import ReplmonError
+from replmon.core.config import GrafanaConfig
+from replmon.core.errors import ReplmonError
 
 TIMEOUT_S = 10.0
 

@@ -1,5 +1,5 @@
 """Regenerate the generated blocks of docs/security.md (the grants table and the kafka-acls.sh commands) from
-replmon/security.py, the one definition of the roles' ACLs.
+replmon/core/security.py, the one definition of the roles' ACLs.
 
     .venv/bin/python scripts/security_doc.py          # rewrite docs/security.md
     .venv/bin/python scripts/security_doc.py --check  # exit 1 when docs/security.md is stale
@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from replmon.security import render_doc
+from replmon.core.security import render_doc
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "security.md"
 

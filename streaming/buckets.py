@@ -20,8 +20,8 @@ from pydantic import BaseModel, ValidationError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from replmon.errors import ReplmonError
-from replmon.paths import replace_file
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import replace_file
 
 LAYOUT_FILE = "replmon-buckets.json"
 

@@ -4,7 +4,7 @@ No Spark and no I/O here. The Spark job keeps one :class:`~streaming.state.Parti
 calls :func:`step` for every PartitionSample, :func:`step_replica` for every ReplicaSample of the log-dir
 agents and :func:`expire` for partitions that got no sample in a micro-batch.
 
-Samples come as the pydantic models of :mod:`collectors.samples` or, on the hot path, as plain dicts with the
+Samples come as the pydantic models of :mod:`replmon.contracts.samples` or, on the hot path, as plain dicts with the
 same field names holding Python ints/strs/lists/None (``replica_offsets`` a list of dicts ``{broker_id,
 log_end_offset, error}``, ``epoch_lineage`` a list of dicts ``{leader_epoch, start_offset}`` or None).
 
@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from collectors.samples import PartitionSample, ReplicaSample
-from streaming.events import Event, EventType, Severity, event_id
+from replmon.contracts.events import Event, EventType, Severity, event_id
+from replmon.contracts.samples import PartitionSample, ReplicaSample
 from streaming.state import NO_SAMPLE, ElectionBasis, Lineage, PartitionMeta, PartitionState, ReplicaLog
 
 if TYPE_CHECKING:
-    from replmon.config import StreamConfig
+    from replmon.core.config import StreamConfig
 
 __all__ = [
     "DetectConfig",

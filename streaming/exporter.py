@@ -21,7 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
-from streaming.metrics_catalog import BY_NAME, CATALOG, MetricSpec
+from replmon.contracts.metrics import BY_NAME, CATALOG, MetricSpec
 
 KEY = ["cluster", "topic", "partition"]
 

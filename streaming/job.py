@@ -32,7 +32,7 @@ from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryProgressEvent
 from pyspark.sql.types import ArrayType, MapType, StringType
 
-from collectors.samples import (
+from replmon.contracts.samples import (
     PARTITION_SCHEMA,
     REPLICA_SCHEMA,
     SAMPLE_MODELS,
@@ -40,7 +40,7 @@ from collectors.samples import (
     PartitionSample,
     ReplicaSample,
 )
-from replmon.config import ReplmonConfig
+from replmon.core.config import ReplmonConfig
 from streaming import schema
 from streaming.buckets import resolve_layout
 from streaming.detect import DetectConfig

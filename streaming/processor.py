@@ -38,9 +38,9 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from replmon.gcpause import paused as gc_paused
+from replmon.contracts.events import Event
+from replmon.core.gcpause import paused as gc_paused
 from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
-from streaming.events import Event
 from streaming.state import PartitionKey, PartitionState, dump_state, load_state
 
 
@@ -307,7 +307,7 @@ class ReplicationProcessor(StatefulProcessor):
         """One bucket's samples of a micro-batch through its table; ``step(name, count)`` is called after each
         step (input: samples, load: partitions, process: outputs, save: partitions, frame: rows), for the
         benchmark's timings."""
-        with gc_paused():  # a bucket's table is thousands of dicts, unpickled and pickled: see replmon.gcpause
+        with gc_paused():  # a bucket's table is thousands of dicts, unpickled and pickled: see replmon.core.gcpause
             chunks = list(rows)
             samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             step("input", len(samples))

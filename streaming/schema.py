@@ -1,4 +1,4 @@
-"""Spark schemas and validation, derived from the pydantic records (collectors.samples, streaming.events).
+"""Spark schemas and validation, derived from the pydantic records (replmon.contracts.samples and .events).
 
 Nothing here spells a field out: the Spark StructType of each record and the checks a sample must pass (required
 fields, types, bounds, lengths) are read off the pydantic models, so a field added there is parsed and

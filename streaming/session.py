@@ -9,10 +9,9 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from replmon.config import StreamConfig
-from replmon.errors import ReplmonError
-from replmon.localcluster.artifacts import MAVEN_REPOSITORY_ENV
-from replmon.paths import cache_dir
+from replmon.core.config import StreamConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
 
 SPARK_VERSION = "4.0.0"
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"

@@ -23,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from replmon.config import ReplmonConfig
-from replmon.errors import ReplmonError
-from replmon.kafka_topics import ensure_topic
+from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.kafka_topics import ensure_topic
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class HistoryWriter:
     and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute."""
 
     def __init__(self, root: Path) -> None:
-        from streaming.events import Event
+        from replmon.contracts.events import Event
         from streaming.processor import OUTPUT_SCHEMA
         from streaming.schema import spark_schema
 

@@ -16,10 +16,10 @@ os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test
 
 from pyspark.sql import SparkSession
 
-from replmon.localcluster import LocalCluster
-from replmon.workload import SequencedProducer
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.workload import SequencedProducer
 from streaming.session import PYTHON_CONF, STATE_CONF
-from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import Pipeline, running_pipeline
 from tests.prometheus import Prometheus, running_prometheus
 

@@ -20,13 +20,13 @@ import pytest
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
-from replmon.config import SecurityConfig
-from replmon.localcluster import LocalCluster
-from replmon.localcluster.cluster import free_port
-from replmon.processes import stop_processes
-from replmon.workload import SequencedProducer, readable_sequences
+from replmon.core.config import SecurityConfig
+from replmon.core.processes import stop_processes
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster.cluster import free_port
+from replmon.testbed.workload import SequencedProducer, readable_sequences
 from streaming.exporter import Scraped, scrape
-from tests.kafka_view import KafkaView, wait_until
 
 TOPIC_PREFIX = "e2e-"
 SAMPLES_TOPIC = "e2e.replmon.samples"

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from replmon.localcluster.cluster import free_port
-from replmon.processes import stop_processes
-from tests.kafka_view import wait_until
+from replmon.core.processes import stop_processes
+from replmon.testbed.kafka_view import wait_until
+from replmon.testbed.localcluster.cluster import free_port
 from tests.pipeline import DEADLINE_S, Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from dashboards.catalog import known_series_names, referenced_names
-from replmon.config import CollectorConfig, StreamConfig
-from streaming.events import EventType
+from replmon.contracts.events import EventType
+from replmon.core.config import CollectorConfig, StreamConfig
 
 pytestmark = pytest.mark.prometheus
 

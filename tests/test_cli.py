@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from replmon.cli import build_parser, main
-from replmon.errors import ReplmonError
-from streaming.cli import parse_since, stream_config
+from replmon.cli.events import parse_since
+from replmon.cli.targets import stream_config
+from replmon.core.errors import ReplmonError
 
 CONTRACT = [
     ["cluster", "up", "--brokers", "3", "--dir", "/tmp/x"],

@@ -3,7 +3,7 @@ while it samples, and meanwhile its samples cluster (a separate one-broker clust
 
 Two collectors run side by side, as the operator runs them: one prints its samples (``--output -``), so the
 test sees every cycle as it happens; the other publishes to the samples cluster with a small buffer, so the
-outage fills it. Kafka's own view (tests.kafka_view) says which replicas each broker hosts."""
+outage fills it. Kafka's own view (replmon.testbed.kafka_view) says which replicas each broker hosts."""
 
 from __future__ import annotations
 
@@ -23,12 +23,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from collectors.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
-from replmon.localcluster import LocalCluster
-from replmon.localcluster.cluster import free_port
-from replmon.processes import stop_processes
-from replmon.workload import SequencedProducer
-from tests.kafka_view import KafkaView, wait_until
+from replmon.contracts.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
+from replmon.core.processes import stop_processes
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster.cluster import free_port
+from replmon.testbed.workload import SequencedProducer
 from tests.pipeline import read_topic
 
 pytestmark = pytest.mark.cluster

@@ -14,8 +14,8 @@ import pytest
 import yaml
 
 from replmon.cli import build_parser
-from replmon.config import load_config
-from replmon.localcluster import KAFKA_VERSION
+from replmon.core.config import load_config
+from replmon.testbed.localcluster import KAFKA_VERSION
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from replmon.config import ReplmonConfig, load_config
-from replmon.errors import ReplmonError
+from replmon.core.config import ReplmonConfig, load_config
+from replmon.core.errors import ReplmonError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "conf" / "replmon.example.yaml"
 

@@ -27,7 +27,7 @@ from dashboards import build, files
 from dashboards.build import build_all, expressions, to_json
 from dashboards.catalog import known_series_names, referenced_names
 from replmon.cli import main
-from replmon.processes import stop_processes
+from replmon.core.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
@@ -72,7 +72,7 @@ def test_committed_files_equal_a_fresh_build() -> None:
 
 def test_cli_build_writes_json_and_provisioning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    from dashboards import cli
+    from replmon.cli import dashboards as cli
 
     (tmp_path / "generated").mkdir()
     (tmp_path / "generated" / "old-dashboard.json").write_text("{}")

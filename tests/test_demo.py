@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from replmon.localcluster.cluster import cluster_pids
+from replmon.testbed.localcluster.cluster import cluster_pids
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from collectors.samples import PartitionSample, ReplicaSample
-from replmon.config import StreamConfig
+from replmon.contracts.events import Event, EventType, Severity
+from replmon.contracts.samples import PartitionSample, ReplicaSample
+from replmon.core.config import StreamConfig
 from streaming.detect import (
     DetectConfig,
     Health,
@@ -20,7 +21,6 @@ from streaming.detect import (
     step_dict,
     step_replica,
 )
-from streaming.events import Event, EventType, Severity
 from streaming.state import (
     ElectionBasis,
     PartitionMeta,

@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from collectors.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, ReplicaSample
-from replmon.config import StreamConfig
+from replmon.contracts.events import Event, EventType
+from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, ReplicaSample
+from replmon.core.config import StreamConfig
 from streaming.detect import DetectConfig, PartitionMetrics, expire, step, step_replica
-from streaming.events import Event, EventType
 from streaming.state import PartitionState
 
 S = 1000  # sample times below are in seconds

@@ -1,4 +1,4 @@
-"""replmon.gcpause: the cyclic garbage collector off inside the block, as it was after, also on an error; and
+"""replmon.core.gcpause: the cyclic garbage collector off inside the block, as it was after, also on an error; and
 the collector's cycle, paused until its samples are published."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from collectors.protocol.runner import ClusterLoop
 from collectors.protocol.sampler import ClusterSampler, CycleResult
 from collectors.publisher import JsonLinesOutput
-from collectors.samples import CycleSample, Sample
-from replmon.config import ClusterConfig
-from replmon.gcpause import paused
+from replmon.contracts.samples import CycleSample, Sample
+from replmon.core.config import ClusterConfig
+from replmon.core.gcpause import paused
 
 
 def test_the_collector_is_off_inside_and_back_after_even_on_an_error() -> None:

@@ -5,7 +5,7 @@ they are written in bulk between valid samples, then the test waits for the quar
 is there once with its reason, the job never failed a query, and every valid sample produced its metrics.
 
 The reasons are the contract of ``streaming.schema`` (``<kind>`` or ``<kind>:<field>``); the fields, types and
-bounds come from the pydantic models (collectors/samples.py), the one definition of a valid sample."""
+bounds come from the pydantic models (replmon/contracts/samples.py), the one definition of a valid sample."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from pydantic import BaseModel
 
-from collectors.samples import (
+from replmon.contracts.samples import (
     SAMPLE_MODELS,
     CycleSample,
     EpochEntry,
@@ -33,7 +33,7 @@ from collectors.samples import (
     ReplicaSample,
     to_json,
 )
-from tests.kafka_view import wait_until
+from replmon.testbed.kafka_view import wait_until
 from tests.pipeline import DEADLINE_S, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]

@@ -12,10 +12,10 @@ import random
 import pytest
 
 from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_events, kill_cycles, verify
-from replmon.config import load_config
-from replmon.localcluster import LocalCluster
+from replmon.core.config import load_config
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
 from streaming.detect import DetectConfig
-from tests.kafka_view import KafkaView, wait_until
 from tests.pipeline import JOB_START_DEADLINE_S, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]

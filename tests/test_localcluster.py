@@ -1,5 +1,5 @@
 """The local cluster itself: lifecycle through the CLI, its error messages, and the replication faults it can
-cause, each checked against Kafka's own metadata (tests.kafka_view), never against replmon. The unclean
+cause, each checked against Kafka's own metadata (replmon.testbed.kafka_view), never against replmon. The unclean
 election with its exact loss is checked the same way inside tests.pipeline.cause_unclean_loss, which the
 end-to-end tests run (once is enough: it costs a minute)."""
 
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from replmon.localcluster import LocalCluster
-from replmon.localcluster.cluster import cluster_pids
-from replmon.localcluster.properties import BROKER_DEFAULTS
-from replmon.workload import readable_sequences
-from tests.kafka_view import KafkaView, wait_until
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster.cluster import cluster_pids
+from replmon.testbed.localcluster.properties import BROKER_DEFAULTS
+from replmon.testbed.workload import readable_sequences
 
 REPLMON = [sys.executable, "-m", "replmon.cli"]
 LAG_MAX_S = int(BROKER_DEFAULTS["replica.lag.time.max.ms"]) / 1000
@@ -109,7 +109,7 @@ def test_no_jvm_survives_a_crashed_owner(tmp_path: Path) -> None:
     cdir = tmp_path / "c"
     script = (
         "import os, signal, sys\n"
-        "from replmon.localcluster import LocalCluster\n"
+        "from replmon.testbed.localcluster import LocalCluster\n"
         f"LocalCluster.up({str(cdir)!r}, brokers=1, die_with_parent=True, remember=False)\n"
         "print('up', flush=True)\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -259,7 +259,7 @@ def test_topic_defaults_apply_to_topics_created_without_settings(healthy_cluster
 def test_cluster_ids_never_start_with_a_dash() -> None:
     """kafka-storage.sh format -t <id> reads an id starting with '-' as an option (a random id does so once in
     64): like Kafka's Uuid.randomUuid(), such an id is drawn again."""
-    from replmon.localcluster.cluster import new_cluster_id
+    from replmon.testbed.localcluster.cluster import new_cluster_id
 
     draws = iter([b"\xf8" + bytes(15), b"\x01" * 16])  # the first encodes to '-AAAA...'
     cluster_id = new_cluster_id(lambda: next(draws))
@@ -269,8 +269,8 @@ def test_cluster_ids_never_start_with_a_dash() -> None:
 
 def test_broker_jvm_options_follow_the_defaults_and_reach_only_the_brokers(tmp_path: Path) -> None:
     """HotSpot takes the last of repeated options: the spec's come after the defaults, so they win."""
-    from replmon.localcluster.cluster import ClusterSpec, NodeRole, NodeSpec
-    from replmon.localcluster.properties import BROKER_HEAP, CONTROLLER_HEAP
+    from replmon.testbed.localcluster.cluster import ClusterSpec, NodeRole, NodeSpec
+    from replmon.testbed.localcluster.properties import BROKER_HEAP, CONTROLLER_HEAP
 
     nodes = [NodeSpec(node_id=0, role=NodeRole.CONTROLLER, port=9000, dir=tmp_path / "controller"),
              NodeSpec(node_id=1, role=NodeRole.BROKER, port=9001, dir=tmp_path / "broker-1")]

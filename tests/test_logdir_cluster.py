@@ -1,5 +1,5 @@
 """The log-dir agent on the real local cluster: what it reads from disk is checked against Kafka's own view
-(tests/kafka_view.py), including for brokers that are down."""
+(replmon/testbed/kafka_view.py), including for brokers that are down."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 
 from collectors.logdir.scanner import ScanContext, scan_log_dir
-from collectors.samples import EpochEntry, ReplicaSample, parse_sample
 from replmon.cli import main
-from replmon.localcluster import LocalCluster, NodeState
-from tests.kafka_view import KafkaView, wait_until
+from replmon.contracts.samples import EpochEntry, ReplicaSample, parse_sample
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster, NodeState
 
 pytestmark = pytest.mark.cluster
 CTX = ScanContext(cluster="local", agent_id="test", cycle=0, sample_time_ms=0)
@@ -182,7 +182,7 @@ def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
 def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, view: KafkaView, topic_name: str) -> None:
     """Without --output the agent publishes every sample to the samples topic of the (local) cluster: the
     replicas of this test's topic arrive from all three brokers."""
-    from replmon.config import load_config
+    from replmon.core.config import load_config
     from tests.pipeline import read_topic
 
     transport = load_config().transport

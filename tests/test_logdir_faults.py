@@ -25,9 +25,9 @@ from kafka import KafkaProducer
 from kafka.record.memory_records import MemoryRecords
 
 from collectors.logdir.scanner import ScanContext, scan_log_dir
-from collectors.samples import ReplicaSample, parse_sample
-from replmon.localcluster import LocalCluster
-from tests.kafka_view import KafkaView, wait_until
+from replmon.contracts.samples import ReplicaSample, parse_sample
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
 
 pytestmark = pytest.mark.cluster
 CTX = ScanContext(cluster="local", agent_id="faults", cycle=0, sample_time_ms=0)

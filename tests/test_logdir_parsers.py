@@ -21,7 +21,7 @@ from collectors.logdir.records import (
     parse_index_entry,
     walk_segment,
 )
-from collectors.samples import EpochEntry
+from replmon.contracts.samples import EpochEntry
 
 # ------------------------------------------------------------------------------------------ batch helpers
 _CRC32C_TABLE = []

@@ -13,8 +13,8 @@ import pytest
 from collectors.logdir.checkpoints import parse_leader_epoch_checkpoint
 from collectors.logdir.files import read_parsed
 from collectors.logdir.scanner import ScanContext, scan_log_dir, scan_log_dirs
-from collectors.samples import EpochEntry, parse_sample
 from replmon.cli import main
+from replmon.contracts.samples import EpochEntry, parse_sample
 from tests.test_logdir_parsers import batch
 
 TOPIC_ID = "mTOJ9eNIQlK7J1Ix-ndbIw"

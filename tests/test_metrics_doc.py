@@ -10,7 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from collectors.metrics import CollectorMetrics
-from streaming.metrics_catalog import CATALOG
+from replmon.contracts.metrics import CATALOG
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "metrics.md"

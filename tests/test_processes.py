@@ -1,4 +1,4 @@
-"""replmon.processes: SIGTERM turned into the same clean stop as Ctrl-C."""
+"""replmon.core.processes: SIGTERM turned into the same clean stop as Ctrl-C."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from replmon.processes import interrupt_on_sigterm
+from replmon.core.processes import interrupt_on_sigterm
 
 
 def test_sigterm_in_the_block_runs_the_finally_clauses_and_the_old_handler_comes_back() -> None:

@@ -15,10 +15,10 @@ from kafka.future import Future
 
 from collectors.metrics import CollectorMetrics
 from collectors.publisher import JsonLinesOutput, SamplePublisher, record_key
-from collectors.samples import CycleSample, PartitionSample, parse_sample
-from replmon.config import ReplmonConfig
-from replmon.localcluster import LocalCluster
-from tests.kafka_view import KafkaView, wait_until
+from replmon.contracts.samples import CycleSample, PartitionSample, parse_sample
+from replmon.core.config import ReplmonConfig
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
 
 
 def partition_sample(i: int, topic: str = "orders") -> PartitionSample:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import logging
 
-from replmon.config import ReplmonConfig
-from replmon.redact import MASK, SecretFilter, redact, secrets_of
+from replmon.core.config import ReplmonConfig
+from replmon.core.redact import MASK, SecretFilter, redact, secrets_of
 
 CONFIG = ReplmonConfig(
     clusters=[{"name": "prod", "bootstrap_servers": ["k1:9093"],

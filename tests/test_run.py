@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import yaml
 
-from replmon.localcluster import LocalCluster
-from replmon.localcluster.cluster import free_port
-from tests.kafka_view import wait_until
+from replmon.testbed.kafka_view import wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster.cluster import free_port
 from tests.pipeline import read_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -57,7 +57,7 @@ def test_run_starts_collector_agents_and_job_and_stops_them_all(
         "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(tmp_path / "cp"),
                    "history_dir": str(tmp_path / "history"), "metrics_port": port, "state_buckets": 4},
     }))
-    from tests.kafka_view import KafkaView
+    from replmon.testbed.kafka_view import KafkaView
 
     view = KafkaView(healthy_cluster.bootstrap_servers)
     view.create_topic("run-orders", assignment={0: [1, 2, 3]})

@@ -17,11 +17,11 @@ from kafka.protocol.parser import KafkaProtocol
 
 from collectors.protocol import requests as rq
 from collectors.protocol.sampler import ClusterSampler
-from collectors.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
-from replmon.config import ClusterConfig, CollectorConfig, TopicFilter
-from replmon.localcluster import LocalCluster
-from replmon.workload import SequencedProducer
-from tests.kafka_view import KafkaView, wait_until
+from replmon.contracts.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
+from replmon.core.config import ClusterConfig, CollectorConfig, TopicFilter
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.workload import SequencedProducer
 
 pytestmark = pytest.mark.cluster
 TIMEOUT_MS = 2000

@@ -20,7 +20,7 @@ from collectors.protocol.lineage import LineageBook, clip_to_log_start
 from collectors.protocol.sampler import LEADER_LABELS
 from collectors.protocol.topics import TopicSelector
 from collectors.protocol.wire import EncodedRequest, decode_list_offsets, encode_list_offsets, list_offsets_request
-from collectors.samples import (
+from replmon.contracts.samples import (
     EpochEntry,
     PartitionSample,
     ReplicaError,
@@ -30,8 +30,8 @@ from collectors.samples import (
     to_json,
     trusted,
 )
-from replmon.config import TopicFilter
-from replmon.errors import ReplmonError
+from replmon.core.config import TopicFilter
+from replmon.core.errors import ReplmonError
 
 
 # ---------------------------------------------------------------------------------------------- lineage

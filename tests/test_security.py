@@ -25,16 +25,16 @@ import yaml
 from kafka import KafkaProducer
 from pydantic import SecretStr
 
-from replmon import security
-from replmon.config import ReplmonConfig, SecurityConfig, TransportConfig, load_config
-from replmon.errors import ReplmonError
-from replmon.kafka_topics import ensure_topic
-from replmon.localcluster import LocalCluster
-from replmon.localcluster import tls as local_tls
-from replmon.localcluster.cluster import free_port
-from replmon.security import GRANTS, Grant, Role, Where
+from replmon.core import security
+from replmon.core.config import ReplmonConfig, SecurityConfig, TransportConfig, load_config
+from replmon.core.errors import ReplmonError
+from replmon.core.kafka_topics import ensure_topic
+from replmon.core.security import GRANTS, Grant, Role, Where
+from replmon.testbed.kafka_view import wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster import tls as local_tls
+from replmon.testbed.localcluster.cluster import free_port
 from streaming.exporter import JobExporter
-from tests.kafka_view import wait_until
 from tests.pipeline import (
     DEADLINE_S,
     EVENTS_TOPIC,
@@ -206,7 +206,7 @@ def test_a_watched_cluster_that_refuses_the_collector_is_named_in_one_line(secur
     config = role_config(secure_cluster, sec, tmp_path / "replmon.yaml", watched=wrong)
     result = replmon("collect", "--once", "--config", str(config))
     assert result.returncode == 2, result.stderr
-    # replmon.kafka_diagnose has two wordings: which one depends on whether kafka-python reads the broker's
+    # replmon.core.kafka_diagnose has two wordings: which one depends on whether kafka-python reads the broker's
     # SASL error response before the broker closes the connection (a race); both name the user and mechanism
     # and point at the credentials
     line = one_line(result.stderr)
@@ -306,7 +306,7 @@ def test_create_is_needed_only_to_create_a_missing_topic(secure_cluster: LocalCl
 @pytest.fixture(scope="module")
 def secure_pipeline(secure_cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     """`replmon collect` as user collector and `replmon stream` as user job, nothing more granted than
-    replmon.security.GRANTS."""
+    replmon.core.security.GRANTS."""
     p = Pipeline(secure_cluster, secure_cluster, tmp_path_factory.mktemp("secure-pipeline"), security={
         "collect": secure_cluster.client_security("collector"), "stream": secure_cluster.client_security("job")})
     try:

@@ -1,4 +1,4 @@
-"""docs/security.md's grants table and kafka-acls.sh commands are generated from replmon/security.py and kept in
+"""docs/security.md's grants table and kafka-acls.sh commands are generated from replmon/core/security.py and kept in
 step; the grants are spelled in Kafka's own names."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from kafka.admin import ACLOperation, ResourceType
 
-from replmon import security
-from replmon.security import GRANTS, Role
+from replmon.core import security
+from replmon.core.security import GRANTS, Role
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "security.md"

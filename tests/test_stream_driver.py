@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from collectors.samples import PartitionSample, ReplicaOffsets, to_json
+from replmon.contracts.metrics import CATALOG
+from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter, scrape
-from streaming.metrics_catalog import CATALOG
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,

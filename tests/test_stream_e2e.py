@@ -1,8 +1,8 @@
 """End to end on the real cluster: faults caused on Kafka -> collector -> samples topic -> Spark job -> the
 /metrics endpoint, the events topic, and a real Prometheus (127.0.0.1, scraping the job and the collector with
 the repo's scrape config and alert rules) whose alerts are read through its HTTP API; last, every dashboard panel
-query answered from this live Prometheus. Expected values come from Kafka's own view (tests.kafka_view) and from
-the sequenced producer and consumer, never from replmon.
+query answered from this live Prometheus. Expected values come from Kafka's own view
+(replmon.testbed.kafka_view) and from the sequenced producer and consumer, never from replmon.
 
 The tests run in file order: the dashboard check relies on the scenarios before it (an unclean election with
 committed data lost, a divergent lineage) having put data into Prometheus. The job killed and restarted from its
@@ -21,9 +21,9 @@ import pytest
 import yaml
 
 from dashboards.build import build_all
-from replmon.localcluster import LocalCluster, NodeState
-from replmon.workload import SequencedProducer
-from tests.kafka_view import KafkaView, wait_until
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster, NodeState
+from replmon.testbed.workload import SequencedProducer
 from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, cause_unclean_loss, of
 from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 

@@ -10,7 +10,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from collectors.samples import (
+from replmon.contracts.events import Event
+from replmon.contracts.samples import (
     SAMPLE_MODELS,
     CycleSample,
     EpochEntry,
@@ -20,7 +21,6 @@ from collectors.samples import (
     to_json,
 )
 from streaming import schema
-from streaming.events import Event
 from streaming.job import parse_samples, processor_input, quarantined_records
 
 KAFKA_RECORD = StructType([
@@ -132,7 +132,7 @@ def canonical(sample: PartitionSample | ReplicaSample | CycleSample, **changes: 
 def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: SparkSession) -> None:
     from pyspark.sql import functions as F
 
-    from collectors.samples import SAMPLE_MODELS
+    from replmon.contracts.samples import SAMPLE_MODELS
     from streaming.job import CANONICAL_JSON, SAMPLE_STRUCT, _as_model, _canonical
 
     replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",

@@ -19,7 +19,8 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor, StatefulProcessorHandle, TimerValues
 from pyspark.sql.types import LongType, StructField, StructType
 
-from collectors.samples import PartitionSample, ReplicaOffsets, to_json
+from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
+from replmon.testbed.kafka_view import wait_until
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
 from streaming.job import BatchGate, JobStats, ProgressListener, RunningJob
@@ -33,7 +34,6 @@ from streaming.processor import (
 )
 from streaming.session import FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
 from streaming.state import PartitionState
-from tests.kafka_view import wait_until
 
 pytestmark = [pytest.mark.spark]
 

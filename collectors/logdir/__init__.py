@@ -10,5 +10,5 @@ Modules, pure parsing apart from file I/O:
 - :mod:`collectors.logdir.files`: reading those files (each read whole, or a segment's tail, and
   closed again).
 - :mod:`collectors.logdir.scanner`: one scan of one or more log dirs into ReplicaSamples.
-- :mod:`collectors.logdir.cli`: ``replmon agent``.
+- :mod:`collectors.logdir.service`: ``replmon agent``.
 """

@@ -20,7 +20,7 @@ from typing import TypeVar
 from pydantic import ValidationError
 
 from collectors.logdir.layout import TopicPartition
-from collectors.samples import MAX_OFFSET, EpochEntry
+from replmon.contracts.samples import MAX_OFFSET, EpochEntry
 
 CHECKPOINT_VERSION = 0
 PARTITION_METADATA_VERSION = 0

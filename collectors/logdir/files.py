@@ -35,7 +35,7 @@ from collectors.logdir.records import (
     read_batch_header,
     walk_segment,
 )
-from collectors.samples import EpochEntry
+from replmon.contracts.samples import EpochEntry
 
 T = TypeVar("T")
 READ_WINDOW = 64 * 1024

@@ -22,7 +22,7 @@ from collectors.logdir.checkpoints import (
 )
 from collectors.logdir.files import ReplicaFiles, VerifiedBatches, read_parsed, read_replica_dir
 from collectors.logdir.layout import TopicPartition
-from collectors.samples import ReplicaSample
+from replmon.contracts.samples import ReplicaSample
 
 ROOT_CHECKPOINTS = (
     layout.REPLICATION_OFFSET_CHECKPOINT,

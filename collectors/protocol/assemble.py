@@ -9,7 +9,14 @@ import kafka.errors as Errors
 
 from collectors.protocol.lineage import TopicPartition
 from collectors.protocol.requests import PartitionMeta, TopicConfig
-from collectors.samples import PARTITION_SCHEMA, EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, trusted
+from replmon.contracts.samples import (
+    PARTITION_SCHEMA,
+    EpochEntry,
+    PartitionSample,
+    ReplicaError,
+    ReplicaOffsets,
+    trusted,
+)
 
 UNKNOWN_TOPIC_OR_PARTITION = 3
 NOT_LEADER_OR_FOLLOWER = 6
@@ -62,7 +69,7 @@ _NO_ANSWERS: OffsetAnswers = {}
 class SampleAssembler:
     """One cycle's answers -> its partition samples.
 
-    Samples are built without validation (:func:`collectors.samples.trusted`): every value is a decoded protocol
+    Samples are built without validation (:func:`replmon.contracts.samples.trusted`): every value is a decoded protocol
     field of its type, or None. A partition whose answers are all there and clean takes a short path (most of a
     cycle's 20k partitions); anything else, the long one that names what is missing and why."""
 

@@ -20,9 +20,9 @@ from kafka.future import Future
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 
-from replmon.config import ClusterConfig
-from replmon.errors import ReplmonError
-from replmon.kafka_diagnose import refusal
+from replmon.core.config import ClusterConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.kafka_diagnose import refusal
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from collectors.samples import EpochEntry
+from replmon.contracts.samples import EpochEntry
 
 UNDEFINED_EPOCH = -1
 MAX_LINEAGE_DEPTH = 64

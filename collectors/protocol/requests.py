@@ -50,7 +50,7 @@ from collectors.protocol.wire import (
     read_uvarint,
     skip_tagged_fields,
 )
-from collectors.samples import kafka_uuid
+from replmon.contracts.samples import kafka_uuid
 
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 DESCRIBE_TOPIC_PARTITIONS_VERSION = 0

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from collectors.metrics import CollectorMetrics
 from collectors.protocol.sampler import ClusterSampler
 from collectors.publisher import SampleSink
-from collectors.samples import CycleSample
-from replmon.config import ClusterConfig, ReplmonConfig
-from replmon.errors import ReplmonError
-from replmon.gcpause import paused as gc_paused
+from replmon.contracts.samples import CycleSample
+from replmon.core.config import ClusterConfig, ReplmonConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.gcpause import paused as gc_paused
 
 log = logging.getLogger("replmon.collector")
 
@@ -50,7 +50,7 @@ class ClusterLoop:
         """One cycle, published; the error message when the cluster could not be sampled.
 
         The cyclic garbage collector stays paused until the samples are published and let go (see
-        replmon.gcpause): re-enabled while they live, its first pass walks every object the cycle built, for
+        replmon.core.gcpause): re-enabled while they live, its first pass walks every object the cycle built, for
         nothing (they form no reference cycles), and the next passes walk them again while they are published."""
         with gc_paused():
             try:

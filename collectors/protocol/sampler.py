@@ -30,11 +30,11 @@ from collectors.protocol.assemble import (
 from collectors.protocol.client import Call, ClusterClient, Outcome, Pending
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
 from collectors.protocol.topics import TopicSelector
-from collectors.samples import CycleSample, EpochEntry, Sample
-from replmon.config import ClusterConfig, CollectorConfig
-from replmon.errors import ReplmonError
-from replmon.gcpause import paused as gc_paused
-from replmon.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
+from replmon.contracts.samples import CycleSample, EpochEntry, Sample
+from replmon.core.config import ClusterConfig, CollectorConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.gcpause import paused as gc_paused
+from replmon.core.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class ClusterSampler:
     def cycle(self) -> CycleResult:
         """Sample every watched partition once. Raises ReplmonError when the cluster cannot be reached at all
         (bootstrap or metadata); a broker that does not answer only marks its replicas."""
-        with gc_paused():  # the cycle builds objects by the hundred thousand: see replmon.gcpause
+        with gc_paused():  # the cycle builds objects by the hundred thousand: see replmon.core.gcpause
             return self._cycle()
 
     def _cycle(self) -> CycleResult:

@@ -7,8 +7,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from replmon.config import TopicFilter
-from replmon.errors import ReplmonError
+from replmon.core.config import TopicFilter
+from replmon.core.errors import ReplmonError
 
 
 @dataclass

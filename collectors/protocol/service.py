@@ -1,8 +1,8 @@
-"""``replmon collect [--config FILE] [--once] [--output -]``."""
+"""The protocol collector as a service: ``replmon collect`` once the front door has resolved the configuration
+(which clusters to watch included)."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
@@ -11,11 +11,10 @@ import threading
 from collectors.metrics import CollectorMetrics
 from collectors.protocol.runner import Collector, collector_id
 from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
-from replmon import redact
-from replmon.config import load_config
-from replmon.errors import ReplmonError
-from replmon.security import Role, check_access
-from replmon.targets import with_default_cluster
+from replmon.core import redact
+from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.security import Role, check_access
 
 
 def configure_logging() -> None:
@@ -29,15 +28,15 @@ def configure_logging() -> None:
     logging.getLogger("kafka").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
-def collect(args: argparse.Namespace) -> int:
+def collect(config: ReplmonConfig, *, once: bool = False, json_lines: bool = False) -> int:
+    """Sample every watched cluster (``config.clusters``, complete) each ``collector.interval_s`` until interrupted,
+    or one cycle with ``once``; ``json_lines`` prints the samples as JSON lines instead of publishing them. Exit
+    status: 0, 1 when a cluster failed or samples were not delivered, 2 when every cluster failed."""
     configure_logging()
-    if args.output not in (None, "-"):
-        raise ReplmonError(f"--output takes '-' (JSON lines on stdout), not {args.output!r}")
-    config = with_default_cluster(load_config(args.config))
     redact.install(config)  # kafka-python logs its configuration, password included, at DEBUG
     metrics = CollectorMetrics()
     sink: SampleSink
-    if args.output == "-":
+    if json_lines:
         sink = JsonLinesOutput()
     else:
         check_access(config, Role.COLLECTOR)
@@ -45,7 +44,7 @@ def collect(args: argparse.Namespace) -> int:
     collector = Collector(config, sink, metrics)
     server = None
     try:
-        if args.once:
+        if once:
             errors = collector.run_once()
             flushed = sink.flush(timeout_s=max(10.0, config.collector.request_timeout_ms / 1000 * 2))
             if not flushed or sink.dropped:

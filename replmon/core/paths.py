@@ -1,9 +1,14 @@
-"""Where replmon keeps its cache (Kafka and Spark artifacts) and its state (local clusters)."""
+"""Where replmon keeps its cache (Kafka and Spark artifacts) and its state (local clusters), and where it downloads
+artifacts from."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+
+MAVEN_REPOSITORY_ENV = "REPLMON_MAVEN_REPOSITORY"
+"""Set to a Maven repository URL (a mirror of Maven Central) to download Kafka and Spark's Kafka connector from
+there instead."""
 
 
 def cache_dir() -> Path:

@@ -12,7 +12,6 @@ is stopped on the way out, also on Ctrl-C (SIGINT) or SIGTERM.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -36,12 +35,12 @@ from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 
-from replmon.errors import ReplmonError
-from replmon.localcluster import LocalCluster, NodeState, resolve_cluster_dir
-from replmon.localcluster.cluster import die_with_parent, free_port
-from replmon.paths import state_dir
-from replmon.processes import interrupt_on_sigterm, stop_processes
-from replmon.workload import SequencedProducer, readable_sequences
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import state_dir
+from replmon.core.processes import interrupt_on_sigterm, stop_processes
+from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+from replmon.testbed.localcluster.cluster import die_with_parent, free_port
+from replmon.testbed.workload import SequencedProducer, readable_sequences
 from streaming.exporter import Scraped, scrape
 
 STEP_TIMEOUT_S = 90.0
@@ -541,7 +540,7 @@ def _shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def demo(args: argparse.Namespace) -> int:
+def demo() -> int:
     fast = os.environ.get("REPLMON_DEMO_FAST", "") not in ("", "0")
     root = state_dir() / "demo"
     root.mkdir(parents=True, exist_ok=True)

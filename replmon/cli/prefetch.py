@@ -1,13 +1,13 @@
 """Download and cache every artifact replmon runs from Maven Central, so that later starts need no network:
-Apache Kafka for the local cluster, and Spark's Kafka connector for the job. ``python -m replmon.prefetch``."""
+Apache Kafka for the local cluster, and Spark's Kafka connector for the job. ``python -m replmon.cli.prefetch``."""
 
 from __future__ import annotations
 
 import sys
 
-from replmon.config import StreamConfig
-from replmon.errors import ReplmonError
-from replmon.localcluster import artifacts
+from replmon.core.config import StreamConfig
+from replmon.core.errors import ReplmonError
+from replmon.testbed.localcluster import artifacts
 
 
 def main() -> int:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from kafka.admin import KafkaAdminClient
 from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
-from replmon.config import ReplmonConfig
-from replmon.errors import ReplmonError
-from replmon.security import missing_permission
+from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.security import missing_permission
 
 TOPIC_COMPRESSION = "zstd"
 """compression.type of replmon's topics: JSON compresses ~10x."""

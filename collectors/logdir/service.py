@@ -1,4 +1,4 @@
-"""``replmon agent --log-dir DIR... [--config FILE] [--broker-id ID] [--once] [--output -]``.
+"""The log-dir agent as a service: ``replmon agent`` once the front door has resolved the configuration.
 
 Scans the log dirs every ``collector.interval_s`` (or once), printing samples as JSON lines (``--output -``)
 or publishing them to the samples topic. A cycle that overruns the interval is reported and the ticks it
@@ -8,7 +8,6 @@ when it is back; the other log dirs are scanned meanwhile.
 
 from __future__ import annotations
 
-import argparse
 import socket
 import sys
 import time
@@ -17,9 +16,8 @@ from pathlib import Path
 
 from collectors.logdir.files import VerifiedBatches
 from collectors.logdir.scanner import LogDirScan, scan_log_dirs
-from replmon.config import ReplmonConfig, load_config
-from replmon.errors import ReplmonError
-from replmon.targets import LOCAL_CLUSTER_NAME
+from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
 
 ONCE_FLUSH_TIMEOUT_S = 15.0
 
@@ -29,11 +27,9 @@ def say(message: str) -> None:
 
 
 def cluster_name(config: ReplmonConfig, log_dirs: Sequence[Path]) -> str:
-    """The configured cluster whose ``log_dirs`` hold one of ours, else the only configured cluster; with no
-    cluster configured, the local cluster (named ``local``, also when it is not running: the agent's point is
-    to read brokers that are down)."""
+    """The configured cluster whose ``log_dirs`` hold one of ours, else the only configured cluster."""
     if not config.clusters:
-        return LOCAL_CLUSTER_NAME
+        raise ReplmonError("no cluster configured: the agent's samples need the name of the cluster they describe")
     ours = {d.resolve() for d in log_dirs}
     for cluster in config.clusters:
         if any(Path(d).resolve() in ours for dirs in cluster.log_dirs.values() for d in dirs):
@@ -62,27 +58,25 @@ class LogDirReporter:
                 del self._failing[scan.log_dir]
 
 
-def agent(args: argparse.Namespace) -> int:
-    from replmon import redact
+def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, broker_id: int | None = None,
+          once: bool = False, json_lines: bool = False) -> int:
+    """Scan ``log_dirs`` (of one broker of ``cluster``) every ``collector.interval_s`` until interrupted, or once
+    with ``once``; ``json_lines`` prints the samples as JSON lines, else they are published to the samples topic
+    of ``config`` (complete: its transport, or its first watched cluster)."""
+    from replmon.core import redact
 
-    config = load_config(args.config)
     redact.install(config)
-    if args.output not in (None, "-"):
-        raise ReplmonError(f"--output takes only '-' (JSON lines on stdout), not {args.output!r}")
-    log_dirs = [Path(d) for d in args.log_dirs]
-    cluster = cluster_name(config, log_dirs)
     agent_id = f"{config.collector.collector_id or socket.gethostname()}/logdir-agent"
     from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
 
     sink: SampleSink
-    if args.output == "-":
+    if json_lines:
         sink = JsonLinesOutput()
     else:
-        from replmon.security import Role, check_access
-        from replmon.targets import with_default_cluster
+        from replmon.core.security import Role, check_access
 
-        check_access(with_default_cluster(config), Role.AGENT)
-        sink = SamplePublisher(with_default_cluster(config), client_id="replmon-logdir-agent")
+        check_access(config, Role.AGENT)
+        sink = SamplePublisher(config, client_id="replmon-logdir-agent")
     reporter = LogDirReporter()
     verified = VerifiedBatches()
     interval = config.collector.interval_s
@@ -90,10 +84,10 @@ def agent(args: argparse.Namespace) -> int:
     try:
         next_tick = time.monotonic()
         while True:
-            scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, args.broker_id, verified)
+            scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, broker_id, verified)
             reporter.report(scans)
             sink.publish(s for scan in scans for s in scan.samples)
-            if args.once:
+            if once:
                 delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S) and not sink.dropped
                 if not delivered:
                     why = getattr(sink, "outage", None)

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from replmon.config import ReplmonConfig, SecurityConfig, TransportConfig
-from replmon.errors import ReplmonError
+from replmon.core.config import ReplmonConfig, SecurityConfig, TransportConfig
+from replmon.core.errors import ReplmonError
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +258,7 @@ def check_access(config: ReplmonConfig, role: Role) -> None:
 
 def connect_admin(servers: list[str], security: SecurityConfig, client_id: str, what: str) -> Any | None:
     """An admin client; None when nothing answers; one clear ReplmonError when the cluster refuses us."""
-    from replmon.kafka_diagnose import refusal
+    from replmon.core.kafka_diagnose import refusal
 
     try:
         return admin_client(servers, security, client_id, bootstrap_timeout_ms=CHECK_BOOTSTRAP_TIMEOUT_MS)

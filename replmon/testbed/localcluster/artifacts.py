@@ -14,16 +14,14 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-from replmon.errors import ReplmonError
-from replmon.paths import cache_dir
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
 
 KAFKA_VERSION = "4.3.1"
 """The newest Apache Kafka 4.x whose whole dependency tree resolves from Maven Central (4.4.0 lacks
 kafka-tools-api there)."""
 
 MIN_JAVA = 17
-MAVEN_REPOSITORY_ENV = "REPLMON_MAVEN_REPOSITORY"
-"""Set to a Maven repository URL (a mirror of Maven Central) to download Kafka from there instead."""
 
 
 def java_executable() -> str:
@@ -66,7 +64,7 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix="download-") as tmp:
         pom = Path(tmp) / "pom.xml"
-        pom.write_text(resources.files("replmon.localcluster").joinpath("pom.xml").read_text())
+        pom.write_text(resources.files("replmon.testbed.localcluster").joinpath("pom.xml").read_text())
         out_dir = Path(tmp) / "libs"
         cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
                f"-Dkafka.version={version}", f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime"]

@@ -26,11 +26,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from replmon.config import SecurityConfig, TransportConfig
-from replmon.errors import ReplmonError
-from replmon.localcluster import artifacts, properties, secure
-from replmon.localcluster.secure import LocalSecurity
-from replmon.paths import replace_file, state_dir
+from replmon.core.config import SecurityConfig, TransportConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import replace_file, state_dir
+from replmon.testbed.localcluster import artifacts, properties, secure
+from replmon.testbed.localcluster.secure import LocalSecurity
 
 START_TIMEOUT_S = 120.0
 STOP_GRACE_S = 10.0
@@ -214,7 +214,7 @@ class LocalCluster:
     ) -> LocalCluster:
         """Start the cluster in ``cluster_dir`` (created and formatted on first use) and wait until every
         broker is registered and unfenced. On any failure nothing of it is left running. ``secure`` creates
-        a SASL_SSL/SCRAM cluster with ACLs enforced (:mod:`replmon.localcluster.secure`); an existing cluster
+        a SASL_SSL/SCRAM cluster with ACLs enforced (:mod:`replmon.testbed.localcluster.secure`); an existing cluster
         keeps the security it was created with."""
         if brokers < 1:
             raise ReplmonError(f"--brokers must be at least 1, not {brokers}")
@@ -487,9 +487,9 @@ class LocalCluster:
                                 **self.client_security().kafka_python())
 
     def grant_roles(self, transport: TransportConfig | None = None) -> None:
-        """Give each role's user (replmon.security.Role) its grants, for the topic names of ``transport``
+        """Give each role's user (replmon.core.security.Role) its grants, for the topic names of ``transport``
         (default: replmon's default names)."""
-        from replmon import security
+        from replmon.core import security
 
         transport = transport or TransportConfig()
         admin = self.admin_client(request_timeout_ms=10_000)

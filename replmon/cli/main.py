@@ -1,4 +1,4 @@
-"""The ``replmon`` command line (DESIGN.md, "Command line": a contract that tests and docs use as is).
+"""The ``replmon`` command line (docs/design.md, "Command line": a contract that tests and docs use as is).
 
 Each command parses its arguments here and hands over to the stage that implements it; errors the user can
 cause end as one clear line on stderr and exit status 2 (1 for failures of the monitored system).
@@ -7,122 +7,76 @@ cause end as one clear line on stderr and exit status 2 (1 for failures of the m
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rich.console import Console
-from rich.table import Table
 
 from replmon import __version__
-from replmon.errors import ReplmonError
-
-if TYPE_CHECKING:
-    from replmon.localcluster.secure import LocalSecurity
+from replmon.cli import cluster as cluster_commands
+from replmon.core.errors import ReplmonError
 
 err_console = Console(stderr=True, highlight=False)
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 Handler = Callable[[argparse.Namespace], int]
 
 
-def _lazy(target: str) -> Handler:
-    """A handler imported only when its command runs, so ``--help`` and cluster commands stay fast."""
+# Each stage is imported only when its command runs, so ``--help`` and the cluster commands stay fast.
+def _collect(args: argparse.Namespace) -> int:
+    from collectors.protocol.service import collect
+    from replmon.cli.targets import collector_config
 
-    def run(args: argparse.Namespace) -> int:
-        module, _, func = target.partition(":")
-        handler: Handler = getattr(importlib.import_module(module), func)
-        return handler(args)
-
-    return run
-
-
-# ---------------------------------------------------------------------------------------------- cluster
-def _cluster_up(args: argparse.Namespace) -> int:
-    from replmon.localcluster import KAFKA_VERSION, LocalCluster
-
-    overrides = dict(_key_value(s) for s in args.set or [])
-    if args.unclean_election:
-        overrides["unclean.leader.election.enable"] = "true"
-    with err_console.status(f"starting Apache Kafka {KAFKA_VERSION}") as status:
-        cluster = LocalCluster.up(args.dir, brokers=args.brokers, overrides=overrides, secure=args.secure,
-                                  on_progress=lambda msg: status.update(msg))
-    err_console.print(f"local cluster up in {cluster.dir} (Kafka {KAFKA_VERSION}, brokers {cluster.broker_ids}, "
-                      f"{cluster.protocol})")
-    if cluster.spec.security is not None:
-        err_console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
-    print(cluster.bootstrap_servers)
-    return 0
+    if args.output not in (None, "-"):
+        raise ReplmonError(f"--output takes '-' (JSON lines on stdout), not {args.output!r}")
+    return collect(collector_config(args.config), once=args.once, json_lines=args.output == "-")
 
 
-def _security_summary(sec: LocalSecurity) -> str:
-    """Where a client finds what it needs; never the passwords themselves."""
-    return (f"security: {sec.protocol} ({sec.sasl_mechanism}), controller listener {sec.controller_protocol} with "
-            f"client certificates; CA {sec.ca_file}; users {', '.join(sec.users)} (passwords in "
-            f"{sec.credentials_file}, Java client settings in {sec.ca_file.parent}/USER.properties)")
+def _agent(args: argparse.Namespace) -> int:
+    from collectors.logdir.service import agent
+    from replmon.cli.targets import agent_cluster, with_default_cluster
+    from replmon.core.config import load_config
+
+    if args.output not in (None, "-"):
+        raise ReplmonError(f"--output takes only '-' (JSON lines on stdout), not {args.output!r}")
+    config = load_config(args.config)
+    log_dirs = [Path(d) for d in args.log_dirs]
+    cluster = agent_cluster(config, log_dirs)
+    if args.output is None:  # publishing: the samples topic is on the transport or the first watched cluster
+        config = with_default_cluster(config)
+    return agent(config, log_dirs, cluster=cluster, broker_id=args.broker_id, once=args.once,
+                 json_lines=args.output == "-")
 
 
-def _key_value(text: str) -> tuple[str, str]:
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ReplmonError(f"--set takes KEY=VALUE, not {text!r}")
-    return key.strip(), value.strip()
+def _stream(args: argparse.Namespace) -> int:
+    from replmon.cli.targets import stream_config
+    from streaming.service import stream
+
+    return stream(stream_config(args.config))
 
 
-def _cluster_status(args: argparse.Namespace) -> int:
-    from replmon.localcluster import LocalCluster
+def _run(args: argparse.Namespace) -> int:
+    from replmon.cli.run import run
 
-    cluster = LocalCluster.open(args.dir)
-    table = Table(title=f"local cluster {cluster.dir}")
-    for col in ("node id", "role", "pid", "state", "listener", "log dir"):
-        table.add_column(col)
-    colors = {"running": "green", "paused": "yellow", "stopped": "red"}
-    for node in cluster.status():
-        table.add_row(str(node.node_id), node.role, str(node.pid or "-"),
-                      f"[{colors[node.state]}]{node.state}[/]", node.listener, str(node.log_dir))
-    console.print(table)
-    console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})")
-    if cluster.spec.security is not None:
-        console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
-    return 0
+    return run(args.config)
 
 
-def _cluster_down(args: argparse.Namespace) -> int:
-    from replmon.localcluster import LocalCluster, resolve_cluster_dir
+def _events(args: argparse.Namespace) -> int:
+    from replmon.cli.events import events
 
-    cdir = resolve_cluster_dir(args.dir)
-    if not (cdir / "cluster.json").exists():
-        raise ReplmonError(f"no local cluster in {cdir}: nothing to stop")
-    cluster = LocalCluster.open(cdir)
-    stopped = cluster.down(purge=args.purge)
-    if not stopped and not args.purge:
-        raise ReplmonError(f"the local cluster in {cdir} is not running: nothing to stop")
-    err_console.print(f"stopped {len(stopped)} process(es) of {cdir}" + (" and deleted it" if args.purge else ""))
-    return 0
+    return events(args.config, cluster=args.cluster, topic=args.topic, event_type=args.event_type, since=args.since)
 
 
-def _cluster_fault(args: argparse.Namespace) -> int:
-    from replmon.localcluster import LocalCluster
+def _demo(args: argparse.Namespace) -> int:
+    from replmon.cli.demo import demo
 
-    cluster = LocalCluster.open(args.dir)
-    action = {"pause": cluster.pause, "resume": cluster.resume, "kill": cluster.kill,
-              "stop": cluster.stop, "restart": cluster.restart}[args.action]
-    action(args.broker_id)
-    err_console.print(f"broker {args.broker_id}: {args.action} done ({cluster.node_state(args.broker_id)})")
-    return 0
+    return demo()
 
 
-def _cluster_elect(args: argparse.Namespace) -> int:
-    from replmon.localcluster import LocalCluster
+def _dashboards(args: argparse.Namespace) -> int:
+    from replmon.cli.dashboards import dashboards
 
-    if not args.unclean:
-        raise ReplmonError("only --unclean elections are offered (preferred elections need no tool)")
-    cluster = LocalCluster.open(args.dir)
-    cluster.elect_unclean(args.topic, args.partition)
-    err_console.print(f"unclean election of {args.topic}-{args.partition} requested")
-    return 0
+    return dashboards(args.action, args.config)
 
 
 # ---------------------------------------------------------------------------------------------- parser
@@ -158,16 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--secure", action="store_true",
                     help="SASL_SSL listeners (SCRAM-SHA-512 over TLS, certificates made here), SCRAM users admin, "
                     "collector, agent and job, ACLs enforced (docs/security.md); only when the cluster is created")
-    up.set_defaults(handler=_cluster_up)
+    up.set_defaults(handler=cluster_commands.cluster_up)
 
     status = csub.add_parser("status", help="table of nodes: id, role, pid, state, listener, log dir")
     dir_arg(status)
-    status.set_defaults(handler=_cluster_status)
+    status.set_defaults(handler=cluster_commands.cluster_status)
 
     down = csub.add_parser("down", help="stop every process of the cluster")
     dir_arg(down)
     down.add_argument("--purge", action="store_true", help="also delete the cluster directory and its data")
-    down.set_defaults(handler=_cluster_down)
+    down.set_defaults(handler=cluster_commands.cluster_down)
 
     fault = csub.add_parser("fault", help="inject a fault into a broker",
                             description="pause = SIGSTOP, resume = SIGCONT, kill = SIGKILL, stop = SIGTERM "
@@ -175,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
     fault.add_argument("action", choices=["pause", "resume", "kill", "stop", "restart"])
     fault.add_argument("broker_id", type=int, metavar="BROKER_ID")
     dir_arg(fault)
-    fault.set_defaults(handler=_cluster_fault)
+    fault.set_defaults(handler=cluster_commands.cluster_fault)
 
     elect = csub.add_parser("elect", help="force an unclean leader election for one partition",
                             description="ElectLeaders with type UNCLEAN: a live replica outside the ISR may "
@@ -184,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     elect.add_argument("partition", type=int)
     elect.add_argument("--unclean", action="store_true", required=True, help="required: say it out loud")
     dir_arg(elect)
-    elect.set_defaults(handler=_cluster_elect)
+    elect.set_defaults(handler=cluster_commands.cluster_elect)
 
     # collectors
     collect = sub.add_parser("collect", help="protocol sampler: sample every partition into the samples topic",
@@ -194,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     collect.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
     collect.add_argument("--once", action="store_true", help="run one cycle and exit")
     collect.add_argument("--output", metavar="-", help="'-' prints samples as JSON lines instead of publishing")
-    collect.set_defaults(handler=_lazy("collectors.protocol.cli:collect"))
+    collect.set_defaults(handler=_collect)
 
     agent = sub.add_parser("agent", help="log-dir agent: read replicas from a broker's log dirs (read-only)",
                            description="Read leader-epoch-checkpoint, replication-offset-checkpoint, "
@@ -205,16 +159,16 @@ def build_parser() -> argparse.ArgumentParser:
     agent.add_argument("--broker-id", type=int, help="broker id (default: read from meta.properties)")
     agent.add_argument("--once", action="store_true", help="run one cycle and exit")
     agent.add_argument("--output", metavar="-", help="'-' prints samples as JSON lines instead of publishing")
-    agent.set_defaults(handler=_lazy("collectors.logdir.cli:agent"))
+    agent.set_defaults(handler=_agent)
 
     # streaming
     stream = sub.add_parser("stream", help="the Spark Structured Streaming job: samples to metrics and events")
     stream.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
-    stream.set_defaults(handler=_lazy("streaming.cli:stream"))
+    stream.set_defaults(handler=_stream)
 
     run = sub.add_parser("run", help="collector + agents + job + exporter; no cluster configured: the local one")
     run.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
-    run.set_defaults(handler=_lazy("streaming.cli:run"))
+    run.set_defaults(handler=_run)
 
     events = sub.add_parser("events", help="print events from the history")
     events.add_argument("--config", type=Path)
@@ -222,15 +176,15 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--topic")
     events.add_argument("--type", dest="event_type")
     events.add_argument("--since", help="ISO time or a duration such as 15m, 2h, 1d")
-    events.set_defaults(handler=_lazy("streaming.cli:events"))
+    events.set_defaults(handler=_events)
 
     demo = sub.add_parser("demo", help="run + a workload + a scripted fault timeline, narrated in the terminal")
-    demo.set_defaults(handler=_lazy("replmon.demo:demo"))
+    demo.set_defaults(handler=_demo)
 
     dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client")
     dashboards.add_argument("action", choices=["build", "push"])
     dashboards.add_argument("--config", type=Path)
-    dashboards.set_defaults(handler=_lazy("dashboards.cli:dashboards"))
+    dashboards.set_defaults(handler=_dashboards)
     return parser
 
 

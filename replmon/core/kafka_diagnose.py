@@ -14,7 +14,7 @@ import ssl
 from collections.abc import Sequence
 from typing import Any
 
-from replmon.config import SecurityConfig
+from replmon.core.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0

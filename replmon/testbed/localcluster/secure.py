@@ -6,7 +6,7 @@
   with the node certificate (principal ``User:CN=replmon-local-node``). SCRAM cannot serve there: SCRAM
   credentials live in the metadata log that the controller serves.
 * ``StandardAuthorizer`` on every node; super users: ``admin`` and the node principal. Everyone else gets exactly
-  the grants of :mod:`replmon.security`.
+  the grants of :mod:`replmon.core.security`.
 * SCRAM users (``admin`` and one per role) are created when the storage is formatted (``--add-scram``), from salted
   passwords computed here, so no password appears on a command line.
 
@@ -26,10 +26,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, SecretStr
 
-from replmon.config import SecurityConfig
-from replmon.errors import ReplmonError
-from replmon.localcluster import tls
-from replmon.security import Role
+from replmon.core.config import SecurityConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.security import Role
+from replmon.testbed.localcluster import tls
 
 PROTOCOL = "SASL_SSL"
 MECHANISM = "SCRAM-SHA-512"

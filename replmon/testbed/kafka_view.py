@@ -12,7 +12,7 @@ from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from kafka.protocol.consumer.offsets import OffsetSpec
 
-from replmon.processes import wait_until
+from replmon.core.processes import wait_until
 
 __all__ = ["KafkaView", "PartitionView", "wait_until"]
 

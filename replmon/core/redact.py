@@ -11,7 +11,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, SecretStr
 
-from replmon.config import ReplmonConfig
+from replmon.core.config import ReplmonConfig
 
 MASK = "[hidden]"
 MIN_SECRET_LEN = 4

@@ -26,8 +26,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from replmon.errors import ReplmonError
-from replmon.paths import state_dir
+from replmon.core.errors import ReplmonError
+from replmon.core.paths import state_dir
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]

@@ -1,0 +1,103 @@
+"""``replmon cluster up|status|down|fault|elect``: the local real Kafka cluster of the test bed."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+from rich.table import Table
+
+from replmon.core.errors import ReplmonError
+
+if TYPE_CHECKING:
+    from replmon.testbed.localcluster.secure import LocalSecurity
+
+err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def cluster_up(args: argparse.Namespace) -> int:
+    from replmon.testbed.localcluster import KAFKA_VERSION, LocalCluster
+
+    overrides = dict(_key_value(s) for s in args.set or [])
+    if args.unclean_election:
+        overrides["unclean.leader.election.enable"] = "true"
+    with err_console.status(f"starting Apache Kafka {KAFKA_VERSION}") as status:
+        cluster = LocalCluster.up(args.dir, brokers=args.brokers, overrides=overrides, secure=args.secure,
+                                  on_progress=lambda msg: status.update(msg))
+    err_console.print(f"local cluster up in {cluster.dir} (Kafka {KAFKA_VERSION}, brokers {cluster.broker_ids}, "
+                      f"{cluster.protocol})")
+    if cluster.spec.security is not None:
+        err_console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
+    print(cluster.bootstrap_servers)
+    return 0
+
+
+def _security_summary(sec: LocalSecurity) -> str:
+    """Where a client finds what it needs; never the passwords themselves."""
+    return (f"security: {sec.protocol} ({sec.sasl_mechanism}), controller listener {sec.controller_protocol} with "
+            f"client certificates; CA {sec.ca_file}; users {', '.join(sec.users)} (passwords in "
+            f"{sec.credentials_file}, Java client settings in {sec.ca_file.parent}/USER.properties)")
+
+
+def _key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise ReplmonError(f"--set takes KEY=VALUE, not {text!r}")
+    return key.strip(), value.strip()
+
+
+def cluster_status(args: argparse.Namespace) -> int:
+    from replmon.testbed.localcluster import LocalCluster
+
+    cluster = LocalCluster.open(args.dir)
+    table = Table(title=f"local cluster {cluster.dir}")
+    for col in ("node id", "role", "pid", "state", "listener", "log dir"):
+        table.add_column(col)
+    colors = {"running": "green", "paused": "yellow", "stopped": "red"}
+    for node in cluster.status():
+        table.add_row(str(node.node_id), node.role, str(node.pid or "-"),
+                      f"[{colors[node.state]}]{node.state}[/]", node.listener, str(node.log_dir))
+    console.print(table)
+    console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})")
+    if cluster.spec.security is not None:
+        console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
+    return 0
+
+
+def cluster_down(args: argparse.Namespace) -> int:
+    from replmon.testbed.localcluster import LocalCluster, resolve_cluster_dir
+
+    cdir = resolve_cluster_dir(args.dir)
+    if not (cdir / "cluster.json").exists():
+        raise ReplmonError(f"no local cluster in {cdir}: nothing to stop")
+    cluster = LocalCluster.open(cdir)
+    stopped = cluster.down(purge=args.purge)
+    if not stopped and not args.purge:
+        raise ReplmonError(f"the local cluster in {cdir} is not running: nothing to stop")
+    err_console.print(f"stopped {len(stopped)} process(es) of {cdir}" + (" and deleted it" if args.purge else ""))
+    return 0
+
+
+def cluster_fault(args: argparse.Namespace) -> int:
+    from replmon.testbed.localcluster import LocalCluster
+
+    cluster = LocalCluster.open(args.dir)
+    action = {"pause": cluster.pause, "resume": cluster.resume, "kill": cluster.kill,
+              "stop": cluster.stop, "restart": cluster.restart}[args.action]
+    action(args.broker_id)
+    err_console.print(f"broker {args.broker_id}: {args.action} done ({cluster.node_state(args.broker_id)})")
+    return 0
+
+
+def cluster_elect(args: argparse.Namespace) -> int:
+    from replmon.testbed.localcluster import LocalCluster
+
+    if not args.unclean:
+        raise ReplmonError("only --unclean elections are offered (preferred elections need no tool)")
+    cluster = LocalCluster.open(args.dir)
+    cluster.elect_unclean(args.topic, args.partition)
+    err_console.print(f"unclean election of {args.topic}-{args.partition} requested")
+    return 0

@@ -1,0 +1,60 @@
+"""``replmon run``: the collector and a log-dir agent per local broker as subprocesses, the job in this process;
+with no cluster configured, the local cluster, started when it is not running."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from replmon.cli.targets import with_default_cluster
+from replmon.core.config import ReplmonConfig, load_config
+from replmon.core.processes import interrupt_on_sigterm, stop_processes
+from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+from replmon.testbed.localcluster.cluster import die_with_parent
+from streaming.service import run_job_until_stopped
+
+err = Console(stderr=True, highlight=False)
+
+
+def children(config_path: Path | None, config: ReplmonConfig) -> list[list[str]]:
+    """The collector, and a log-dir agent per broker whose log dirs are on this host."""
+    base = [sys.executable, "-m", "replmon.cli"]
+    conf = ["--config", str(config_path)] if config_path else []
+    commands = [[*base, "collect", *conf]]
+    for cluster in config.clusters:
+        for broker, dirs in sorted(cluster.log_dirs.items()):
+            commands.append([*base, "agent", "--log-dir", *map(str, dirs), "--broker-id", str(broker), *conf])
+    return commands
+
+
+def run(config_path: Path | None) -> int:
+    """Collector + agents (subprocesses) + the job (here). SIGTERM or Ctrl-C stops all of them; the children also
+    die with this process if it is killed."""
+    procs: list[subprocess.Popen[bytes]] = []
+    with interrupt_on_sigterm(sigint=True):  # every child is stopped (stop_processes)
+        try:
+            config = with_default_cluster(ensure_local_cluster(load_config(config_path)))
+            procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=die_with_parent)
+                     for cmd in children(config_path, config)]
+            return run_job_until_stopped(config)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            stop_processes(procs, grace_s=15)
+
+
+def ensure_local_cluster(base: ReplmonConfig) -> ReplmonConfig:
+    """With no cluster configured, make sure the local cluster runs (starting it if needed)."""
+    if base.clusters:
+        return base
+    cdir = resolve_cluster_dir(None)
+    running = (cdir / "cluster.json").exists() and all(
+        s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
+    if not running:
+        err.print("replmon run: no cluster configured; starting the local cluster")
+        LocalCluster.up(cdir if (cdir / "cluster.json").exists() else None)
+    return base

@@ -1,0 +1,70 @@
+"""The streaming job as a service: ``replmon stream`` (and the job of ``replmon run``) once the front door has
+resolved the configuration; a failed query restarts from its checkpoint."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+
+from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
+from replmon.core.processes import interrupt_on_sigterm
+
+err = Console(stderr=True, highlight=False)
+
+
+MAX_RESTARTS = 5
+RESTART_WINDOW_S = 600.0
+
+
+def run_job_until_stopped(config: ReplmonConfig) -> int:
+    """Run the job until a signal; call it inside :func:`~replmon.core.processes.interrupt_on_sigterm`. A query that
+    fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
+    checkpoint, with the same metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job
+    with an error."""
+    from replmon.core import redact
+    from replmon.core.security import Role, check_access
+    from streaming.exporter import JobExporter
+    from streaming.job import start_job
+    from streaming.session import get_session
+
+    redact.install(config)
+    check_access(config, Role.JOB)  # before Spark starts: a refused user or a missing ACL is one line, at once
+    spark = get_session(config.stream)
+    exporter = JobExporter(config.stream.series_budget)
+    failures: list[float] = []
+    try:
+        while True:
+            job = start_job(spark, config, exporter)
+            err.print(f"replmon stream: reading {config.transport.samples_topic} from "
+                      f"{','.join(config.samples_bootstrap())}, metrics on "
+                      f"http://{config.stream.metrics_host}:{job.port}/metrics")
+            try:
+                job.await_any()
+                return 0
+            except RuntimeError as exc:
+                now = time.monotonic()
+                failures = [t for t in failures if now - t < RESTART_WINDOW_S] + [now]
+                reason = str(exc).splitlines()[0][:300]
+                if len(failures) > MAX_RESTARTS:
+                    raise ReplmonError(f"the job failed {len(failures)} times within {RESTART_WINDOW_S:.0f} s; "
+                                       f"last: {reason}") from exc
+                err.print(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
+            finally:
+                job.stop()
+    except KeyboardInterrupt:
+        err.print("replmon stream: stopping")
+    finally:
+        spark.stop()
+    return 0
+
+
+def stream(config: ReplmonConfig) -> int:
+    """``replmon stream``: the job until SIGTERM or Ctrl-C, which let the current micro-batch complete
+    (RunningJob.stop)."""
+    with interrupt_on_sigterm(sigint=True):
+        try:
+            return run_job_until_stopped(config)
+        except KeyboardInterrupt:
+            return 0
