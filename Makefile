@@ -1,5 +1,7 @@
 # The two commands of the README, and the setup both depend on (idempotent: scripts/setup).
-.PHONY: setup run test lint
+PURE = not cluster and not spark and not prometheus
+
+.PHONY: setup run test test-fast lint
 setup:
 	@bash scripts/setup
 
@@ -8,6 +10,10 @@ run: setup
 
 test: setup
 	.venv/bin/pytest
+
+# the pure tier: no Kafka cluster, Spark session or Prometheus (under a minute)
+test-fast: setup
+	.venv/bin/pytest -m "$(PURE)"
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/mypy

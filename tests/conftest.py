@@ -33,10 +33,58 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="replmon-pytest-")
 
 
+TIERS = ("cluster", "spark", "prometheus")
+"""The markers of the slow tiers; a test with none of them is pure (``make test-fast``)."""
+FIXTURE_TIERS = {"cluster": ("cluster",), "spark": ("spark",), "pipeline": ("cluster", "spark"),
+                 "prometheus": ("prometheus",)}
+"""The tiers a test belongs to because of a fixture it uses, directly or through another fixture."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests that use the long-running pipeline (collector + Spark job) run last, so that it never loads the
-    machine under the timing-sensitive cluster tests of the other modules."""
+    """Each test gets the markers of the fixtures it uses (so that ``-m "not cluster and not spark and not
+    prometheus"`` selects exactly the pure tests). Tests that use the long-running pipeline (collector + Spark
+    job) run last, so that it never loads the machine under the timing-sensitive cluster tests of the other
+    modules."""
+    for item in items:
+        have = {m.name for m in item.iter_markers()}
+        for fixture in getattr(item, "fixturenames", ()):
+            for tier in FIXTURE_TIERS.get(fixture, ()):
+                if tier not in have:
+                    item.add_marker(tier)
+                    have.add(tier)
     items.sort(key=lambda item: "pipeline" in getattr(item, "fixturenames", ()))
+
+
+_running_tiers: set[str] | None = None
+"""The tier markers of the test being set up, run or torn down (None between tests)."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Any:
+    global _running_tiers
+    _running_tiers = {m.name for m in item.iter_markers() if m.name in TIERS}
+    try:
+        return (yield)
+    finally:
+        _running_tiers = None
+
+
+def _tier_guard(tier: str, what: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    """``original``, refused inside a test not marked ``tier``: a test that starts a real Kafka cluster or a Spark
+    session must say so, or the pure tier (``make test-fast``) would start it."""
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _running_tiers is not None and tier not in _running_tiers:
+            raise RuntimeError(f"this test starts {what} but is not marked {tier!r}: use the conftest fixture "
+                               f"that provides it, or mark the test (pytest.mark.{tier})")
+        return original(*args, **kwargs)
+
+    return guarded
+
+
+LocalCluster.up = _tier_guard("cluster", "a Kafka cluster", LocalCluster.up)  # type: ignore[method-assign]
+SparkSession.Builder.getOrCreate = _tier_guard(  # type: ignore[method-assign]
+    "spark", "a Spark session", SparkSession.Builder.getOrCreate)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,49 @@
+"""The test tiers: a pure test (no cluster, spark or prometheus marker, ``make test-fast``) cannot start a real
+Kafka cluster or a Spark session by accident; the conftest refuses it, naming the marker it lacks."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from replmon.testbed.localcluster import LocalCluster
+from tests.conftest import TIERS
+
+ROOT = Path(__file__).resolve().parents[1]
+PURE = re.search(r"^PURE = (.+)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1)
+"""The pure tier's selection, as ``make test-fast`` runs it."""
+
+
+def test_the_pure_tier_excludes_every_slow_tier() -> None:
+    assert " and ".join(f"not {tier}" for tier in TIERS) == PURE
+
+
+def test_a_pure_test_cannot_start_a_kafka_cluster(tmp_path: Path) -> None:
+    with pytest.raises(RuntimeError, match="starts a Kafka cluster but is not marked 'cluster'"):
+        LocalCluster.up(tmp_path / "cluster", brokers=1, die_with_parent=True, remember=False)
+    assert not (tmp_path / "cluster").exists()
+
+
+def test_a_pure_test_cannot_start_a_spark_session() -> None:
+    with pytest.raises(RuntimeError, match="starts a Spark session but is not marked 'spark'"):
+        SparkSession.builder.master("local[1]").getOrCreate()
+
+
+def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
+    """tests/test_stream_parsing.py's Spark tests carry no marker of their own: the pure tier selects only its
+    test that uses no Spark session, and the spark tier the others."""
+    def selected(expression: str) -> set[str]:
+        out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                              "-m", expression, "tests/test_stream_parsing.py"], capture_output=True, text=True,
+                             cwd=ROOT, timeout=120)
+        return {line.split("::")[1] for line in out.stdout.splitlines() if "::" in line}
+
+    pure = selected(PURE)
+    assert pure == {"test_spark_schema_has_every_field_of_the_models"}
+    spark = selected("spark")
+    assert len(spark) >= 8 and not spark & pure
