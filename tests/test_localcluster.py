@@ -5,6 +5,7 @@ end-to-end tests run (once is enough: it costs a minute)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -54,12 +55,33 @@ def test_up_status_down_through_the_cli(tmp_path: Path) -> None:
     assert len(rows) == 2  # the controller and the one broker
     assert bootstrap in status.stdout
 
+    # what a script reads: the same cluster as JSON
+    as_json = replmon("cluster", "status", "--dir", str(cdir), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    record = json.loads(as_json.stdout)
+    assert record["bootstrap_servers"] == bootstrap.split(",") and record["security_protocol"] == "PLAINTEXT"
+    assert [(n["node_id"], n["role"], n["state"]) for n in record["nodes"]] == [
+        (0, "controller", "running"), (1, "broker", "running")]
+    assert record["log_dirs"] == {"1": [str(LocalCluster.open(cdir).broker_log_dir(1))]}
+    assert record["dir"] == str(cdir.resolve()) and record["security"] is None
+
     # a second process sees the cluster and can use it
     view = KafkaView(bootstrap)
     try:
         assert view.admin.describe_cluster()["brokers"][0]["broker_id"] == 1
+        view.create_topic("watched", replication_factor=1)
     finally:
         view.close()
+
+    # replmon watches the local cluster of a directory the user names, whatever cluster was started last
+    elsewhere = {"REPLMON_STATE_DIR": str(tmp_path / "other-state")}
+    missing = replmon("collect", "--once", "--output", "-", env=elsewhere)
+    assert missing.returncode == 2 and "no local cluster in" in missing.stderr
+    collected = replmon("collect", "--cluster-dir", str(cdir), "--once", "--output", "-", env=elsewhere)
+    assert collected.returncode == 0, collected.stderr
+    samples = [json.loads(line) for line in collected.stdout.splitlines()]
+    watched = [s for s in samples if s.get("topic") == "watched"]
+    assert len(watched) == 1 and watched[0]["cluster"] == "local" and watched[0]["leader"] == 1
 
     pids = cluster_pids(cdir.resolve())
     assert len(pids) == 2

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
@@ -12,6 +13,7 @@ from rich.table import Table
 from replmon.core.errors import ReplmonError
 
 if TYPE_CHECKING:
+    from replmon.testbed.localcluster import LocalCluster
     from replmon.testbed.localcluster.secure import LocalSecurity
 
 err_console = Console(stderr=True, highlight=False)
@@ -53,18 +55,39 @@ def cluster_status(args: argparse.Namespace) -> int:
     from replmon.testbed.localcluster import LocalCluster
 
     cluster = LocalCluster.open(args.dir)
+    if args.json:
+        print(json.dumps(status_record(cluster), indent=2))
+        return 0
     table = Table(title=f"local cluster {cluster.dir}")
     for col in ("node id", "role", "pid", "state", "listener", "log dir"):
-        table.add_column(col)
+        table.add_column(col, overflow="fold")
     colors = {"running": "green", "paused": "yellow", "stopped": "red"}
     for node in cluster.status():
         table.add_row(str(node.node_id), node.role, str(node.pid or "-"),
                       f"[{colors[node.state]}]{node.state}[/]", node.listener, str(node.log_dir))
     console.print(table)
-    console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})")
+    console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})", soft_wrap=True)
     if cluster.spec.security is not None:
         console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
     return 0
+
+
+def status_record(cluster: LocalCluster) -> dict[str, Any]:
+    """``cluster status --json``: what a script needs to point a client or replmon at the cluster (no secrets:
+    the security part names the files that hold them)."""
+    sec = cluster.spec.security
+    return {
+        "dir": str(cluster.dir),
+        "bootstrap_servers": cluster.bootstrap_servers.split(","),
+        "security_protocol": cluster.protocol,
+        "nodes": [node.model_dump(mode="json") for node in cluster.status()],
+        "log_dirs": {str(b): [str(cluster.broker_log_dir(b))] for b in cluster.broker_ids},
+        "security": None if sec is None else {
+            "sasl_mechanism": sec.sasl_mechanism, "ca_file": str(sec.ca_file),
+            "credentials_file": str(sec.credentials_file), "admin_user": sec.admin_user,
+            "users": {user: str(path) for user, path in sec.users.items()},
+        },
+    }
 
 
 def cluster_down(args: argparse.Namespace) -> int:

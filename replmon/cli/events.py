@@ -1,21 +1,30 @@
-"""``replmon events``: the events in the job's history, filtered, as a table."""
+"""``replmon events``: the job's events, from its history (Parquet) or from the events topic (``--from topic``,
+live with ``--follow``), filtered, as a table or as JSON lines (``--json``: one event record a line, the fields of
+:class:`replmon.contracts.events.Event`, docs/events.md)."""
 
 from __future__ import annotations
 
+import json
+import math
 import re
 import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from replmon.core.config import load_config
+from replmon.contracts.events import Event, EventType
+from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 
 err = Console(stderr=True, highlight=False)
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
+POLL_MS = 500
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -32,30 +41,139 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def events(config_path: Path | None, cluster: str | None = None, topic: str | None = None,
-           event_type: str | None = None, since: str | None = None) -> int:
+def event_type(text: str) -> EventType:
+    """An event type named in any case; an unknown one is refused with the list of known ones."""
+    try:
+        return EventType(text.upper())
+    except ValueError:
+        known = ", ".join(t.value for t in EventType)
+        raise ReplmonError(f"--type takes one of {known}, not {text!r}") from None
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    cluster: str | None = None
+    topic: str | None = None
+    type: EventType | None = None
+    since_ms: int | None = None
+
+    def __call__(self, event: dict[str, Any]) -> bool:
+        return ((self.cluster is None or event.get("cluster") == self.cluster)
+                and (self.topic is None or event.get("topic") == self.topic)
+                and (self.type is None or event.get("type") == self.type)
+                and (self.since_ms is None or int(event.get("event_time_ms") or 0) >= self.since_ms))
+
+
+def canonical(record: dict[str, Any]) -> dict[str, Any]:
+    """An event as its contract writes it (every field of :class:`Event`, JSON types), whether it comes from the
+    topic or from the history's columns (where a missing number is NaN and an integer column may be float)."""
+    return Event.model_validate({name: _plain(value) for name, value in record.items()
+                                 if name in Event.model_fields}).model_dump(mode="json")
+
+
+def _plain(value: Any) -> Any:
+    """A history cell as a plain value: NaN as None, a numpy array or scalar as Python's."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.tolist() if hasattr(value, "tolist") else value
+
+
+def history_events(history_dir: Path) -> list[dict[str, Any]]:
     from streaming.sinks import read_events
 
-    config = load_config(config_path)
-    frame = read_events(config.stream.history_dir)
+    frame = read_events(history_dir)
     if frame.empty:
-        err.print(f"no events in {config.stream.history_dir}")
-        return 0
-    if cluster:
-        frame = frame[frame["cluster"] == cluster]
-    if topic:
-        frame = frame[frame["topic"] == topic]
-    if event_type:
-        frame = frame[frame["type"] == event_type.upper()]
-    if since:
-        frame = frame[frame["event_time_ms"] >= parse_since(since).timestamp() * 1000]
-    table = Table(title=f"{len(frame)} events")
+        return []
+    return [canonical(row) for row in frame.to_dict("records")]
+
+
+def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool) -> Iterator[dict[str, Any]]:
+    """The events topic's records from the start (or from ``since_ms``) to its current end, then, with ``follow``,
+    each new one as it arrives until interrupted."""
+    from kafka import KafkaConsumer, TopicPartition
+    from kafka.errors import KafkaError
+
+    topic = config.transport.events_topic
+    servers = config.samples_bootstrap()
+    try:
+        consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
+                                 isolation_level="read_committed", client_id="replmon-events",
+                                 request_timeout_ms=15000, **config.samples_security().kafka_python())
+    except KafkaError as exc:
+        raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {exc}") from None
+    try:
+        partitions = consumer.partitions_for_topic(topic)
+        if not partitions:
+            raise ReplmonError(f"no topic {topic!r} on {','.join(servers)}: the job has published no event there "
+                               "yet (or transport.events_topic names another topic)")
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        if since_ms is None:
+            consumer.seek_to_beginning(*tps)
+        else:
+            found = consumer.offsets_for_times({tp: since_ms for tp in tps})
+            ends = consumer.end_offsets(tps)
+            for tp in tps:
+                consumer.seek(tp, found[tp].offset if found.get(tp) is not None else ends[tp])
+        end = consumer.end_offsets(tps)
+        caught_up = False
+        while True:
+            for records in consumer.poll(timeout_ms=POLL_MS).values():
+                for record in records:
+                    yield canonical(json.loads(record.value))
+            if not caught_up and all(consumer.position(tp) >= end[tp] for tp in tps):
+                caught_up = True
+                if not follow:
+                    return
+    finally:
+        consumer.close()
+
+
+def _when(event: dict[str, Any]) -> str:
+    return datetime.fromtimestamp(int(event["event_time_ms"]) / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _where(event: dict[str, Any]) -> str:
+    return f"{event['topic']}-{event['partition']}" if event.get("topic") is not None else "-"
+
+
+def print_table(events: list[dict[str, Any]]) -> None:
+    table = Table(title=f"{len(events)} events")
     for col in ("time (UTC)", "cluster", "partition", "type", "severity", "message"):
         table.add_column(col)
-    for row in frame.itertuples(index=False):
-        when = datetime.fromtimestamp(row.event_time_ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
-        where = f"{row.topic}-{int(row.partition)}" if row.topic is not None and row.partition == row.partition \
-            else "-"
-        table.add_row(when, row.cluster, where, row.type, row.severity, row.message)
+    for e in events:
+        table.add_row(_when(e), e["cluster"], _where(e), e["type"], e["severity"], e["message"])
     Console(width=None if sys.stdout.isatty() else 200).print(table)
+
+
+def print_line(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(event, separators=(",", ":")), flush=True)
+    else:
+        print(f"{_when(event)}  {event['cluster']}  {_where(event)}  {event['type']}  {event['severity']}  "
+              f"{event['message']}", flush=True)
+
+
+def events(config: ReplmonConfig, *, source: str = "history", history_dir: Path | None = None,
+           keep: EventFilter = EventFilter(), follow: bool = False, as_json: bool = False) -> int:
+    """Print the events ``keep`` accepts. ``source`` 'history' reads the job's Parquet history (``history_dir``,
+    else ``stream.history_dir``); 'topic' reads the events topic, and keeps printing new events with ``follow``."""
+    if source == "history":
+        root = history_dir or config.stream.history_dir
+        found: Iterable[dict[str, Any]] = [e for e in history_events(root) if keep(e)]
+        if not found and not as_json:
+            err.print(f"no events in {root}")
+            return 0
+    else:
+        stream = (e for e in topic_events(config, keep.since_ms, follow) if keep(e))
+        if follow or as_json:
+            for event in stream:
+                print_line(event, as_json)
+            return 0
+        found = sorted(stream, key=lambda e: int(e["event_time_ms"]))
+    if as_json:
+        for event in found:
+            print_line(event, as_json=True)
+    else:
+        print_table(list(found))
     return 0

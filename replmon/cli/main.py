@@ -29,21 +29,17 @@ def _collect(args: argparse.Namespace) -> int:
 
     if args.output not in (None, "-"):
         raise ReplmonError(f"--output takes '-' (JSON lines on stdout), not {args.output!r}")
-    return collect(collector_config(args.config), once=args.once, json_lines=args.output == "-")
+    return collect(collector_config(args.config, args.cluster_dir), once=args.once, json_lines=args.output == "-")
 
 
 def _agent(args: argparse.Namespace) -> int:
     from collectors.logdir.service import agent
-    from replmon.cli.targets import agent_cluster, with_default_cluster
-    from replmon.core.config import load_config
+    from replmon.cli.targets import agent_config
 
     if args.output not in (None, "-"):
         raise ReplmonError(f"--output takes only '-' (JSON lines on stdout), not {args.output!r}")
-    config = load_config(args.config)
     log_dirs = [Path(d) for d in args.log_dirs]
-    cluster = agent_cluster(config, log_dirs)
-    if args.output is None:  # publishing: the samples topic is on the transport or the first watched cluster
-        config = with_default_cluster(config)
+    config, cluster = agent_config(args.config, log_dirs, publish=args.output is None, cluster_dir=args.cluster_dir)
     return agent(config, log_dirs, cluster=cluster, broker_id=args.broker_id, once=args.once,
                  json_lines=args.output == "-")
 
@@ -52,7 +48,7 @@ def _stream(args: argparse.Namespace) -> int:
     from replmon.cli.targets import stream_config
     from streaming.service import stream
 
-    return stream(stream_config(args.config))
+    return stream(stream_config(args.config, args.cluster_dir))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -62,9 +58,21 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    from replmon.cli.events import events
+    from replmon.cli.events import EventFilter, event_type, events, parse_since
+    from replmon.cli.targets import stream_config
+    from replmon.core.config import load_config
 
-    return events(args.config, cluster=args.cluster, topic=args.topic, event_type=args.event_type, since=args.since)
+    source = args.source or ("topic" if args.follow else "history")
+    if args.follow and source != "topic":
+        raise ReplmonError("--follow reads the events topic: it goes with --from topic, not --from history")
+    if args.history_dir is not None and source != "history":
+        raise ReplmonError("--history-dir goes with --from history")
+    keep = EventFilter(cluster=args.cluster, topic=args.topic,
+                       type=event_type(args.event_type) if args.event_type else None,
+                       since_ms=int(parse_since(args.since).timestamp() * 1000) if args.since else None)
+    config = load_config(args.config) if source == "history" else stream_config(args.config, args.cluster_dir)
+    return events(config, source=source, history_dir=args.history_dir, keep=keep, follow=args.follow,
+                  as_json=args.json)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -96,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     csub = cluster.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
 
     def dir_arg(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--dir", type=Path, default=None,
+        p.add_argument("--dir", "--cluster-dir", dest="dir", type=Path, default=None,
                        help="cluster directory (default: the one `up` started last)")
 
     up = csub.add_parser("up", help="start the local cluster and print its bootstrap servers",
@@ -104,7 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "storage on first use, wait until every broker is registered and unfenced, and print "
                          "the bootstrap servers. Kafka is assembled from Maven Central and cached.")
     up.add_argument("--brokers", type=int, default=3, help="number of brokers (default 3)")
-    up.add_argument("--dir", type=Path, default=None, help="cluster directory (default: under the user's state dir)")
+    up.add_argument("--dir", "--cluster-dir", dest="dir", type=Path, default=None,
+                    help="cluster directory (default: under the user's state dir)")
     up.add_argument("--set", action="append", metavar="KEY=VALUE",
                     help="override a broker setting, e.g. --set replica.lag.time.max.ms=5000 (repeatable)")
     up.add_argument("--unclean-election", action="store_true",
@@ -116,6 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = csub.add_parser("status", help="table of nodes: id, role, pid, state, listener, log dir")
     dir_arg(status)
+    status.add_argument("--json", action="store_true",
+                        help="print one JSON object: dir, bootstrap_servers, security_protocol, nodes, log_dirs, "
+                        "security (file locations, no secrets)")
     status.set_defaults(handler=cluster_commands.cluster_status)
 
     down = csub.add_parser("down", help="stop every process of the cluster")
@@ -140,12 +152,18 @@ def build_parser() -> argparse.ArgumentParser:
     dir_arg(elect)
     elect.set_defaults(handler=cluster_commands.cluster_elect)
 
+    def watch_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
+        p.add_argument("--cluster-dir", type=Path, default=None, metavar="DIR",
+                       help="with no cluster configured, the local cluster in DIR (default: the one `cluster up` "
+                       "started last)")
+
     # collectors
     collect = sub.add_parser("collect", help="protocol sampler: sample every partition into the samples topic",
                              description="Sample leader, replicas, ISR, ELR, leader epoch and lineage, high "
                              "watermark and every replica's log end offset of the watched clusters, with a "
                              "constant number of requests per broker per cycle.")
-    collect.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
+    watch_args(collect)
     collect.add_argument("--once", action="store_true", help="run one cycle and exit")
     collect.add_argument("--output", metavar="-", help="'-' prints samples as JSON lines instead of publishing")
     collect.set_defaults(handler=_collect)
@@ -155,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
                            "recovery-point-offset-checkpoint and the active segment's tail of every replica on "
                            "disk; works while the broker is down.")
     agent.add_argument("--log-dir", type=Path, nargs="+", required=True, dest="log_dirs", metavar="DIR")
-    agent.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
+    watch_args(agent)
     agent.add_argument("--broker-id", type=int, help="broker id (default: read from meta.properties)")
     agent.add_argument("--once", action="store_true", help="run one cycle and exit")
     agent.add_argument("--output", metavar="-", help="'-' prints samples as JSON lines instead of publishing")
@@ -163,18 +181,27 @@ def build_parser() -> argparse.ArgumentParser:
 
     # streaming
     stream = sub.add_parser("stream", help="the Spark Structured Streaming job: samples to metrics and events")
-    stream.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
+    watch_args(stream)
     stream.set_defaults(handler=_stream)
 
     run = sub.add_parser("run", help="collector + agents + job + exporter; no cluster configured: the local one")
     run.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
     run.set_defaults(handler=_run)
 
-    events = sub.add_parser("events", help="print events from the history")
-    events.add_argument("--config", type=Path)
-    events.add_argument("--cluster")
-    events.add_argument("--topic")
-    events.add_argument("--type", dest="event_type")
+    events = sub.add_parser("events", help="print the job's events: from its history, or the events topic (live)",
+                            description="The events the job wrote to its history (Parquet, stream.history_dir) or, "
+                            "with --from topic, published to the events topic; --follow keeps printing new ones. "
+                            "--json prints one event record a line (docs/events.md).")
+    watch_args(events)
+    events.add_argument("--from", dest="source", choices=["history", "topic"], default=None,
+                        help="where to read: the history (default) or the events topic (default with --follow)")
+    events.add_argument("--follow", action="store_true", help="keep printing events as they are published")
+    events.add_argument("--history-dir", type=Path, default=None, metavar="DIR",
+                        help="the history to read (default: stream.history_dir of the configuration)")
+    events.add_argument("--json", action="store_true", help="one JSON object a line, every field of the record")
+    events.add_argument("--cluster", help="only events of this watched cluster")
+    events.add_argument("--topic", help="only events of this topic")
+    events.add_argument("--type", dest="event_type", help="only events of this type, e.g. LEADER_CHANGE")
     events.add_argument("--since", help="ISO time or a duration such as 15m, 2h, 1d")
     events.set_defaults(handler=_events)
 

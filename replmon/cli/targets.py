@@ -33,17 +33,28 @@ def with_default_cluster(config: ReplmonConfig, cluster_dir: Path | str | None =
     return config.model_copy(update={"clusters": [local_cluster_config(cluster_dir)]})
 
 
-def collector_config(path: Path | None) -> ReplmonConfig:
+def collector_config(path: Path | None, cluster_dir: Path | None = None) -> ReplmonConfig:
     """The collector's configuration: the clusters it watches are needed."""
-    return with_default_cluster(load_config(path))
+    return with_default_cluster(load_config(path), cluster_dir)
 
 
-def stream_config(path: Path | None) -> ReplmonConfig:
+def stream_config(path: Path | None, cluster_dir: Path | None = None) -> ReplmonConfig:
     """The job's configuration. The job reads only the samples topic: with ``transport.bootstrap_servers`` set it
     needs no watched cluster (it may run on another host than the collectors, or start before the clusters);
     without, the samples topic is on the first watched cluster, by default the local one."""
     config = load_config(path)
-    return config if config.transport.bootstrap_servers else with_default_cluster(config)
+    return config if config.transport.bootstrap_servers else with_default_cluster(config, cluster_dir)
+
+
+def agent_config(path: Path | None, log_dirs: Sequence[Path], publish: bool,
+                 cluster_dir: Path | None = None) -> tuple[ReplmonConfig, str]:
+    """The agent's configuration (complete when it publishes: the samples topic is on the transport or the first
+    watched cluster) and the name of the cluster its log dirs belong to."""
+    config = load_config(path)
+    cluster = agent_cluster(config, log_dirs)
+    if publish and not config.transport.bootstrap_servers:
+        config = with_default_cluster(config, cluster_dir)
+    return config, cluster
 
 
 def agent_cluster(config: ReplmonConfig, log_dirs: Sequence[Path]) -> str:
