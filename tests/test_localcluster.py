@@ -278,6 +278,17 @@ def test_topic_defaults_apply_to_topics_created_without_settings(healthy_cluster
     assert effective == BROKER_DEFAULTS["min.insync.replicas"] == "2"
 
 
+@pytest.mark.cluster
+def test_the_controller_runs_without_automatic_leader_rebalancing(healthy_cluster: LocalCluster) -> None:
+    """Leaders move only when a test moves them: the controller, which runs the periodic preferred-leader
+    election in KRaft, reports the setting off in the configuration it logs at start."""
+    controller = next(n for n in healthy_cluster.spec.nodes if n.role == "controller")
+    logged = controller.log_file.read_text()
+    assert "process.roles = [controller]" in logged
+    assert "auto.leader.rebalance.enable = false" in logged
+    assert "auto.leader.rebalance.enable = true" not in logged
+
+
 def test_cluster_ids_never_start_with_a_dash() -> None:
     """kafka-storage.sh format -t <id> reads an id starting with '-' as an option (a random id does so once in
     64): like Kafka's Uuid.randomUuid(), such an id is drawn again."""

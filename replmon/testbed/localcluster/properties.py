@@ -37,9 +37,11 @@ BROKER_DEFAULTS: dict[str, str] = {
 }
 """Broker settings of the local cluster; ``replmon cluster up --set KEY=VALUE`` overrides any of them."""
 
-TOPIC_DEFAULTS = ("min.insync.replicas", "default.replication.factor", "num.partitions",
-                  "unclean.leader.election.enable")
-"""In KRaft the controller creates topics and elects leaders: these defaults must be its settings too."""
+CONTROLLER_SETTINGS = ("min.insync.replicas", "default.replication.factor", "num.partitions",
+                       "unclean.leader.election.enable", "auto.leader.rebalance.enable")
+"""In KRaft the controller creates topics and elects leaders: these settings must be its own too (without
+``auto.leader.rebalance.enable=false`` the controller runs its periodic preferred-leader election and moves
+leaders behind a test's back)."""
 
 CONTROLLER_HEAP = "256m"
 BROKER_HEAP = "512m"
@@ -65,7 +67,7 @@ def controller_properties(controller_port: int, data_dir: Path,
                           overrides: Mapping[str, str] | None = None) -> dict[str, str]:
     settings = {**BROKER_DEFAULTS, **(overrides or {})}
     return {
-        **{key: settings[key] for key in TOPIC_DEFAULTS},
+        **{key: settings[key] for key in CONTROLLER_SETTINGS},
         "process.roles": "controller",
         "node.id": str(CONTROLLER_ID),
         "controller.quorum.voters": f"{CONTROLLER_ID}@127.0.0.1:{controller_port}",
