@@ -1,1 +1,2 @@
-"""dashboards stage of the replmon pipeline (see DESIGN.md)."""
+"""The dashboards stage of the replmon pipeline: Grafana dashboards built from the metric catalogues
+(docs/design.md, "Architecture")."""

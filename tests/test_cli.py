@@ -1,5 +1,5 @@
-"""The command line of DESIGN.md is a contract: every command exists with its documented options, and the
-mistakes a user can make end as one clear line and exit status 2."""
+"""The command line of docs/design.md ("Command line") is a contract: every command exists with its documented
+options, and the mistakes a user can make end as one clear line and exit status 2."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Replication failures as sample sequences fed to the detector (streaming.detect), through the pydantic
 sample models the collectors publish.
 
-The two pre-epoch failures of DESIGN.md (from seeds/: huxihx, "Kafka水位(high watermark)与leader epoch的讨论", and
-"Kafka 可靠性探究—副本刨析") cannot be caused on a modern cluster, so they are replayed here. Expected counts are
-computed from each scenario's inputs."""
+The two pre-epoch failures of docs/design.md, "Domain in one page" (from the background documents: huxihx,
+"Kafka水位(high watermark)与leader epoch的讨论", and "Kafka 可靠性探究—副本刨析") cannot be caused on a modern cluster,
+so they are replayed here. Expected counts are computed from each scenario's inputs."""
 
 from __future__ import annotations
 

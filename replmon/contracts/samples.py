@@ -154,8 +154,9 @@ def _fields(model: type[_Record]) -> tuple[tuple[str, ...], set[str]]:
 
 
 def trusted(model: type[Record], values: dict[str, Any]) -> Record:
-    """A record of ``values`` without validating them, for the collectors' hot path: a 20k-partition cycle spent
-    ~0.2 s of its ~0.7 s of CPU validating the samples it had just built from decoded protocol fields.
+    """A record of ``values`` without validating them, for the collectors' hot path: validating the samples a
+    cycle has just built from decoded protocol fields would cost about as much CPU again as building them
+    (docs/benchmarks.md, "Collector").
 
     The caller vouches for the values' types and ranges and gives every field, by name (``schema_``, not its
     alias), in the model's order: the order the JSON is written in, which the streaming job's fast parse expects.

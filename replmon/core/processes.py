@@ -31,9 +31,9 @@ def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float
 @contextlib.contextmanager
 def interrupt_on_sigterm(sigint: bool = False) -> Iterator[None]:
     """Inside the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so that the ``finally`` clauses that stop
-    what was started run: Python's default SIGTERM ends the process without them (a killed benchmark left its
-    producer JVM running). With ``sigint``, SIGINT does too even where the process inherited it ignored (a child
-    started in the background by a shell)."""
+    what was started run: Python's default SIGTERM ends the process without them (a benchmark stopped so would
+    leave its producer JVM running). With ``sigint``, SIGINT does too even where the process inherited it ignored
+    (a child started in the background by a shell)."""
     def handler(_signum: int, _frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 

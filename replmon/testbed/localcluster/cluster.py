@@ -122,7 +122,7 @@ def free_port() -> int:
 def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
     """Kafka's cluster id format: a random UUID, URL-safe base64 without padding (22 characters). Like Kafka's
     ``Uuid.randomUuid()``, never one that starts with '-': kafka-storage.sh would read it as an option (one
-    cluster start in 64 failed so)."""
+    random id in 64 starts so)."""
     while True:
         text = base64.urlsafe_b64encode(random_bytes()).decode().rstrip("=")
         if not text.startswith("-"):
@@ -405,8 +405,8 @@ class LocalCluster:
     def live_bootstrap_servers(self) -> str:
         """The brokers running now (neither stopped nor paused), for a short-lived client during a fault; all of
         them when none runs. kafka-python picks a bootstrap server at random and waits out a dead one's growing
-        backoff rather than trying another: with 2 of 3 brokers down, a consumer given all three failed to
-        bootstrap within its 30 s in one CI run (it never drew the live one in 10 tries)."""
+        backoff rather than trying another: with 2 of 3 brokers down, a consumer given all three can fail to
+        bootstrap within its 30 s (it may draw a dead one try after try)."""
         brokers = [n for n in self.spec.nodes if n.role == NodeRole.BROKER]
         live = [n for n in brokers if self.node_state(n.node_id) == NodeState.RUNNING]
         return _addresses(live or brokers)
@@ -512,7 +512,7 @@ class LocalCluster:
 
     def listening(self, broker_id: int) -> bool:
         """The broker's listener accepts connections. A broker registers and is unfenced a moment before it
-        opens its listener (a restart of an existing cluster showed it: a client's first request was refused)."""
+        opens its listener (after a restart of an existing cluster, a client's first request can be refused)."""
         try:
             with socket.create_connection(("127.0.0.1", self.broker(broker_id).port), timeout=2):
                 return True
