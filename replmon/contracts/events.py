@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from enum import StrEnum
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,40 +38,135 @@ class Severity(StrEnum):
 
 
 class Event(BaseModel):
-    """One replication event of one partition (``topic``/``partition`` are None for a cluster-level event)."""
+    """One replication event of one partition. The fields' docstrings are their documentation (docs/events.md is
+    generated from them)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     event_id: str
-    """Deterministic (see :func:`event_id`): replaying the same samples yields the same ids."""
+    """Deterministic (sha1 of what identifies the event, see :func:`event_id`): replaying the same samples yields
+    the same id, so a consumer de-duplicates by it."""
     type: EventType
+    """What happened: one of the event types below."""
     severity: Severity
+    """info, warning or critical (each type's severity is in the table of event types)."""
     cluster: str
+    """The watched cluster's name (``clusters[].name`` of the configuration)."""
     topic: str | None = None
+    """The partition's topic."""
     partition: int | None = None
+    """The partition's number."""
     event_time_ms: int
-    """The sample time that revealed the event (for STALE: the processing time that noticed the silence)."""
+    """Milliseconds since the epoch, on the collector's clock: the sample time that revealed the event (for STALE,
+    the job's processing time that noticed the silence)."""
     detected_time_ms: int
+    """Milliseconds since the epoch, on the job's clock: when the job processed the sample."""
     brokers: list[int] = []
-    """The brokers involved: who left or joined the ISR, who truncated, who diverged, ..."""
+    """Broker ids involved: who left or joined the ISR, who truncated, who diverged, the old and new leader."""
     leader: int | None = None
+    """The partition's leader after the event (-1: none, the partition is offline)."""
     previous_leader: int | None = None
+    """LEADER_CHANGE, OFFLINE_START, HW_REGRESSION: the leader before."""
     leader_epoch: int | None = None
+    """The leader epoch after the event."""
     previous_leader_epoch: int | None = None
+    """LEADER_CHANGE, EPOCH_REGRESSION, HW_REGRESSION: the leader epoch before."""
     clean: bool | None = None
-    """LEADER_CHANGE only: False for an UNCLEAN election (new leader outside the previous ISR and ELR)."""
+    """LEADER_CHANGE only: True when the new leader was in the previous ISR or ELR, False for an UNCLEAN election
+    (a replica outside both became leader), None when there was nothing to judge against."""
     isr: list[int] | None = None
+    """The in-sync replicas after the event (broker ids, in Kafka's order)."""
     previous_isr: list[int] | None = None
+    """The in-sync replicas before the event."""
     lag: int | None = None
-    """Messages: the follower lag of the broker that left or joined the ISR."""
+    """Messages: the follower lag (leader's log end offset - the follower's) of the broker that left or joined the
+    ISR; for HW_STALLED, the leader's log end offset - the high watermark."""
     committed_lost: int | None = None
-    """HW_REGRESSION: previous high watermark - new high watermark."""
+    """HW_REGRESSION: committed messages lost, the previous high watermark - the new one."""
     truncated: int | None = None
-    """LOG_TRUNCATION: previous log end offset - new log end offset."""
+    """LOG_TRUNCATION: messages a replica removed from its log, its previous log end offset - the new one."""
     offset_start: int | None = None
+    """First offset at stake (inclusive)."""
     offset_end: int | None = None
-    """The offsets at stake, ``[offset_start, offset_end)``."""
+    """End of the offsets at stake (exclusive, like a log end offset): ``[offset_start, offset_end)``."""
     message: str
+    """One line for a human, naming the partition."""
+
+
+class EventTypeSpec(NamedTuple):
+    """What an event type means, for operators (docs/events.md) and for the tests that hold detection to it."""
+
+    severities: tuple[Severity, ...]
+    severity_rule: str
+    meaning: str
+    causes: str
+
+
+EVENT_TYPES: dict[EventType, EventTypeSpec] = {
+    EventType.ISR_SHRINK: EventTypeSpec(
+        (Severity.WARNING,), "warning",
+        "A replica left the ISR (one event per broker that left; `brokers`, `lag`, `isr`, `previous_isr`).",
+        "The follower stopped fetching or fell behind for longer than the broker's replica.lag.time.max.ms: its "
+        "broker is down, paused (GC, SIGSTOP), partitioned off, or its disk or network is slow."),
+    EventType.ISR_EXPAND: EventTypeSpec(
+        (Severity.INFO,), "info",
+        "A replica joined the ISR again (one event per broker that joined).",
+        "The follower caught up with the leader's log end offset."),
+    EventType.LEADER_CHANGE: EventTypeSpec(
+        (Severity.INFO, Severity.CRITICAL), "critical when unclean (`clean` false), else info",
+        "The leader or the leader epoch changed (`leader`, `previous_leader`, the epochs, `clean`).",
+        "A controlled shutdown or a preferred-leader election (clean), the leader's broker failing (clean when a "
+        "replica of the ISR or ELR took over), or an unclean election (unclean.leader.election.enable, or an "
+        "operator's ElectLeaders UNCLEAN): a replica outside the ISR and ELR became leader and what only the old "
+        "leader held is lost."),
+    EventType.HW_REGRESSION: EventTypeSpec(
+        (Severity.CRITICAL,), "critical",
+        "The partition's high watermark went down: `committed_lost` committed messages, offsets "
+        "`[offset_start, offset_end)`, are gone.",
+        "An unclean election: the new leader's log ends below what the old one had committed."),
+    EventType.LOG_TRUNCATION: EventTypeSpec(
+        (Severity.WARNING,), "warning",
+        "A replica's log end offset went down by `truncated` messages (`brokers`: whose).",
+        "A follower truncating to its new leader's log after a leader change (messages it held that the leader "
+        "never had), or a replica recovering from an unclean shutdown."),
+    EventType.EPOCH_DIVERGENCE: EventTypeSpec(
+        (Severity.CRITICAL,), "critical",
+        "A replica's leader-epoch lineage disagrees with its leader's from `offset_start` on: the same offsets hold "
+        "different messages.",
+        "An unclean election, or a leader change that left a replica with a tail the new leader does not have "
+        "(it truncates it when it fetches again)."),
+    EventType.EPOCH_REGRESSION: EventTypeSpec(
+        (Severity.CRITICAL,), "critical",
+        "Metadata reported a leader epoch below one already seen.",
+        "A broker answering with stale metadata (it has not caught up with the controller), or a recreated "
+        "topic read without its topic id."),
+    EventType.UNDER_MIN_ISR_START: EventTypeSpec(
+        (Severity.CRITICAL,), "critical",
+        "The ISR is below the topic's min.insync.replicas: acks=all writes fail.",
+        "Followers down or lagging."),
+    EventType.UNDER_MIN_ISR_END: EventTypeSpec(
+        (Severity.INFO,), "info", "The ISR is back at min.insync.replicas or above.", "Followers caught up."),
+    EventType.OFFLINE_START: EventTypeSpec(
+        (Severity.CRITICAL,), "critical", "The partition has no leader: nobody can read or write it.",
+        "Every replica of the ISR (and ELR) is down, and no unclean election is allowed."),
+    EventType.OFFLINE_END: EventTypeSpec(
+        (Severity.INFO,), "info", "The partition has a leader again (a LEADER_CHANGE follows with its judgement).",
+        "A replica came back, or an unclean election."),
+    EventType.HW_STALLED: EventTypeSpec(
+        (Severity.WARNING,), "warning",
+        "The high watermark stayed below the leader's log end offset, unmoved, for over stream.hw_stalled_after_s "
+        "while the leader appended (`lag`: how far behind).",
+        "A follower of the ISR that stopped fetching but has not been dropped yet, or a stuck leader."),
+    EventType.ISR_FLAPPING: EventTypeSpec(
+        (Severity.WARNING,), "warning",
+        "More than stream.flapping_threshold ISR shrinks and expands within stream.flapping_window_s.",
+        "A follower at the edge of replica.lag.time.max.ms: GC pauses, an overloaded broker or disk, a flaky "
+        "network."),
+    EventType.STALE: EventTypeSpec(
+        (Severity.WARNING,), "warning", "No sample of the partition for over stream.stale_after_s.",
+        "The collector is down or cannot reach the cluster, or the samples topic is not delivered to the job."),
+}
+"""Every event type, once: its severities, what it means and what causes it."""
 
 
 def event_id(*parts: object) -> str:

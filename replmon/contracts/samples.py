@@ -43,7 +43,9 @@ class ReplicaError(StrEnum):
 
 
 class _Record(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    """A sample record. The fields' docstrings are their documentation (docs/samples.md is generated from them)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True)
 
 
 class EpochEntry(_Record):
@@ -51,46 +53,76 @@ class EpochEntry(_Record):
     ``leader_epoch``."""
 
     leader_epoch: Epoch
+    """A leader epoch of the partition."""
     start_offset: Offset
+    """The first offset written in that epoch."""
 
 
 class ReplicaOffsets(_Record):
     """One replica's own log end offset, as its broker answered ListOffsets with replica_id -2."""
 
     broker_id: BrokerId
+    """The broker hosting the replica."""
     log_end_offset: Offset | None = None
+    """The replica's log end offset: the offset of the next message it will write. None when unread (``error``)."""
     error: ReplicaError | None = None
+    """Why ``log_end_offset`` is missing: unreachable, not_hosted, offline, not_leader or unknown."""
     error_detail: str | None = None
+    """Kafka's error name, for ``error`` unknown."""
+
 
 
 class PartitionSample(_Record):
     """One partition in one collector cycle (protocol sampler)."""
 
     schema_: Literal["partition/v1"] = Field(default=PARTITION_SCHEMA, alias="schema")
+    """The record's kind and version."""
     cluster: str = Field(min_length=1, max_length=200)
+    """The watched cluster's name (``clusters[].name`` of the configuration)."""
     collector_id: str = Field(min_length=1, max_length=200)
+    """Which collector sampled it (``collector.collector_id``, default the host name)."""
     cycle: Annotated[int, Field(ge=0)]
+    """The collector's cycle number: with ``sample_time_ms`` it orders the samples of one partition."""
     sample_time_ms: TimeMs
+    """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
     topic: str = Field(min_length=1, max_length=249)
+    """The topic's name."""
     topic_id: str | None = None
+    """The topic's id as Kafka writes it (URL-safe base64, as in kafka-topics.sh): tells two incarnations of a
+    topic apart."""
     partition: PartitionId
+    """The partition's number."""
     leader: BrokerId
-    """-1 when the partition has no leader (offline)."""
+    """The leader's broker id; -1 when the partition has no leader (offline)."""
     leader_epoch: Epoch
+    """The leader epoch: raised by the controller at every leader election."""
     replicas: list[BrokerId]
+    """The assigned replicas (broker ids), the preferred leader first."""
     isr: list[BrokerId]
+    """The in-sync replicas: the followers caught up with the leader, and the leader."""
     elr: list[BrokerId] | None = None
-    """Eligible leader replicas (KIP-966); None when the cluster does not report them."""
+    """Eligible leader replicas (KIP-966): replicas out of the ISR that still hold every committed message and may
+    be elected cleanly; None when the cluster does not report them."""
     last_known_elr: list[BrokerId] | None = None
+    """KIP-966's last known ELR: the replicas last in the ELR before it emptied, for a last-resort election."""
     offline_replicas: list[BrokerId] = []
+    """Replicas whose log dir failed (Kafka's offline replicas)."""
     high_watermark: Offset | None = None
+    """The leader's high watermark: the first offset not yet committed (consumers read below it). None when the
+    leader did not answer."""
     last_stable_offset: Offset | None = None
+    """The leader's last stable offset: the first offset of a transaction still open (read_committed consumers
+    read below it)."""
     log_start_offset: Offset | None = None
+    """The leader's log start offset: retention deleted everything below it."""
     replica_offsets: list[ReplicaOffsets] = []
+    """Every assigned replica's own log end offset, each as its broker answered."""
     epoch_lineage: list[EpochEntry] | None = None
-    """The leader's lineage (epoch -> start offset), when the sampler fetched it this cycle."""
+    """The leader's lineage (leader epoch -> start offset), when the sampler fetched it this cycle."""
     min_insync_replicas: Annotated[int, Field(ge=1)] | None = None
+    """The topic's min.insync.replicas (re-read every ``collector.config_refresh_cycles`` cycles)."""
     unclean_leader_election: bool | None = None
+    """The topic's unclean.leader.election.enable."""
     error: str | None = None
     """A partition-level error (leader not available, ...), when metadata or offsets failed."""
 
@@ -99,41 +131,68 @@ class ReplicaSample(_Record):
     """One replica as found on disk by the log-dir agent (works while its broker is down)."""
 
     schema_: Literal["replica/v1"] = Field(default=REPLICA_SCHEMA, alias="schema")
+    """The record's kind and version."""
     cluster: str = Field(min_length=1, max_length=200)
+    """The watched cluster's name (the configured cluster whose ``log_dirs`` hold this log dir)."""
     agent_id: str = Field(min_length=1, max_length=200)
+    """Which agent read it (``<collector_id or host>/logdir-agent``)."""
     cycle: Annotated[int, Field(ge=0)]
+    """The agent's cycle number: with ``sample_time_ms`` it orders the agent's readings of one replica."""
     sample_time_ms: TimeMs
+    """Milliseconds since the epoch, on the agent's clock, when the scan started."""
     broker_id: BrokerId
+    """The broker whose disk holds the replica (``--broker-id``, else meta.properties' node.id)."""
     log_dir: str
+    """The log dir the replica's directory is in."""
     topic: str = Field(min_length=1, max_length=249)
+    """The topic's name."""
     topic_id: str | None = None
+    """The topic's id from the replica's partition.metadata (Kafka's base64 form)."""
     partition: PartitionId
+    """The partition's number."""
     log_end_offset: Offset | None = None
+    """The replica's log end offset on disk: the end of the last complete batch of its active segment."""
     high_watermark_checkpoint: Offset | None = None
     """The replica's high watermark as last written to replication-offset-checkpoint."""
     recovery_point: Offset | None = None
+    """The replica's recovery point (recovery-point-offset-checkpoint): flushed to disk below it."""
     log_start_offset: Offset | None = None
+    """The replica's log start offset (log-start-offset-checkpoint)."""
     epoch_lineage: list[EpochEntry] = []
+    """The replica's leader-epoch-checkpoint: leader epoch -> start offset."""
     last_batch_leader_epoch: Epoch | None = None
     """partitionLeaderEpoch of the last complete batch of the active segment."""
     size_bytes: Annotated[int, Field(ge=0)] = 0
+    """The replica's segments' size on disk."""
     error: str | None = None
+    """Why the replica could not be read (a damaged file, a segment rewritten while read, ...)."""
 
 
 class CycleSample(_Record):
-    """One collector cycle over one cluster: lets the job tell a silent cluster from a quiet one."""
+    """One collector cycle over one cluster: how long it took, how many partitions and which brokers it read."""
 
     schema_: Literal["cycle/v1"] = Field(default=CYCLE_SCHEMA, alias="schema")
+    """The record's kind and version."""
     cluster: str = Field(min_length=1, max_length=200)
+    """The watched cluster's name."""
     collector_id: str = Field(min_length=1, max_length=200)
+    """Which collector ran the cycle."""
     cycle: Annotated[int, Field(ge=0)]
+    """The cycle's number."""
     sample_time_ms: TimeMs
+    """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
     duration_ms: Annotated[int, Field(ge=0)]
+    """How long the cycle took."""
     partitions: Annotated[int, Field(ge=0)]
+    """Partitions sampled."""
     brokers: list[BrokerId]
+    """The cluster's brokers."""
     unreachable_brokers: list[BrokerId] = []
+    """Brokers that did not answer in this cycle."""
     requests: Annotated[int, Field(ge=0)] = 0
+    """Requests sent to the cluster in this cycle."""
     error: str | None = None
+    """Why the cycle failed, when it did."""
 
 
 Sample = PartitionSample | ReplicaSample | CycleSample
