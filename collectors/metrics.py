@@ -42,6 +42,7 @@ class CollectorMetrics:
                                       "Samples waiting to be published", registry=r)
 
     def serve(self, host: str, port: int) -> Any:
-        """Serve /metrics over HTTP from a daemon thread; returns the server (``.shutdown()`` stops it)."""
+        """Serve /metrics over HTTP from a daemon thread (port 0: a free one, ``server.server_port`` tells which);
+        returns the server (``.shutdown()`` stops it)."""
         server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return server

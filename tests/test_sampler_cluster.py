@@ -311,3 +311,36 @@ def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
     assert [s.topic for s in samples if isinstance(s, PartitionSample)] == [topic_name]
     errors = {s.cluster: s.error for s in samples if isinstance(s, CycleSample)}
     assert errors["good"] is None and all(errors[n] for n in ("nowhere", "tls", "sasl"))
+
+
+def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCluster, view: KafkaView,
+                                                                 topic_name: str, tmp_path: Path) -> None:
+    """Two collectors on one host need no port planning: ``metrics_port: 0`` picks a free port, printed at start."""
+    import re
+
+    from streaming.exporter import scrape
+
+    view.create_topic(topic_name)
+    path = tmp_path / "replmon.yaml"
+    path.write_text(yaml.safe_dump({
+        "clusters": [{"name": "local", "bootstrap_servers": cluster.bootstrap_servers,
+                      "topics": {"include": [topic_name]}}],
+        "collector": {"interval_s": 1.0, "metrics_port": 0}}))
+    procs = [subprocess.Popen([sys.executable, "-m", "replmon.cli", "collect", "--config", str(path), "--output", "-"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        ports = []
+        for proc in procs:
+            assert proc.stderr is not None
+            line = proc.stderr.readline()  # the first line a collector prints: where its metrics are
+            found = re.fullmatch(r"replmon collect: metrics on http://127\.0\.0\.1:(\d+)/metrics\n", line)
+            assert found, line
+            ports.append(int(found.group(1)))
+        assert len(set(ports)) == 2 and 0 not in ports
+        for port in ports:
+            wait_until(lambda port=port: sum(v for _, v in scrape(port).get("replmon_collector_cycles_total", [])) >= 1,
+                       60, f"a cycle counted on port {port}")
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)

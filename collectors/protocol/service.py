@@ -54,12 +54,15 @@ def collect(config: ReplmonConfig, *, once: bool = False, json_lines: bool = Fal
             if errors:  # each already reported on one line
                 return 2 if len(errors) == len(collector.loops) else 1
             return 0 if flushed else 1
-        if config.collector.metrics_port:
+        host, port = config.collector.metrics_host, config.collector.metrics_port
+        if port is not None:
             try:
-                server = metrics.serve(config.collector.metrics_host, config.collector.metrics_port)
+                server = metrics.serve(host, port)
             except OSError as exc:
-                raise ReplmonError(f"cannot serve metrics on {config.collector.metrics_host}:"
-                                   f"{config.collector.metrics_port}: {exc.strerror}") from None
+                raise ReplmonError(f"cannot serve metrics on {host}:{port}: {exc.strerror} (set "
+                                   "collector.metrics_port to another port, or 0 for a free one)") from None
+            print(f"replmon collect: metrics on http://{host}:{server.server_port}/metrics", file=sys.stderr,
+                  flush=True)
         stop = threading.Event()
         try:
             collector.run(stop)

@@ -145,7 +145,8 @@ class CollectorConfig(_Section):
     """Re-read topic configs (min.insync.replicas, unclean.leader.election.enable) every M cycles."""
     request_timeout_ms: int = Field(default=5000, ge=100)
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = Field(default=9465, ge=0, le=65535)
+    metrics_port: int | None = Field(default=9465, ge=0, le=65535)
+    """The collector's /metrics port: 0 picks a free one (printed at start), null serves none."""
     buffer_max_samples: int = Field(default=200_000, ge=1)
     collector_id: str | None = Field(default=None, max_length=180)
     """Defaults to the host name. Samples carry it (at most 200 characters, and the log-dir agent's id is
@@ -188,6 +189,7 @@ class StreamConfig(_Section):
     """A directory holding spark-sql-kafka-0-10 and its dependencies, for sites without Maven Central."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=9464, ge=0, le=65535)
+    """The job's /metrics port: 0 picks a free one (printed at start)."""
     series_budget: int = Field(default=5000, ge=0)
     """Per-partition series exported at most (unhealthy partitions first); aggregates are always exported."""
     stale_after_s: float = Field(default=30.0, gt=0)
