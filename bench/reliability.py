@@ -5,8 +5,9 @@ id of the events topic is checked against a single uninterrupted reference compu
     .venv/bin/python bench/reliability.py [--cycles 20] [--seed 6] [--doc docs/reliability.md]
 
 Starts its own clusters: a 3-broker watched cluster and a one-broker transport cluster (samples, events),
-runs ``replmon collect`` and ``replmon stream`` as the operator does, and writes its figures to the
-"Job: SIGKILL and restart" section of docs/reliability.md.
+runs ``replmon collect`` and ``replmon stream`` as the operator does (the test bed's pipeline harness,
+replmon.testbed.harness), and writes its figures to the "Job: SIGKILL and restart" section of
+docs/reliability.md.
 
 The reference: every valid partition sample of the samples topic, per partition in topic order, through
 :func:`streaming.detect.step` (the job's own detection, pure, one process, no restarts). The verdict:
@@ -30,10 +31,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -48,14 +46,13 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import yaml  # noqa: E402
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
 from replmon.contracts.events import EventType  # noqa: E402
 from replmon.contracts.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.core.processes import wait_until  # noqa: E402
+from replmon.testbed.harness import Pipeline, transport_cluster  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster  # noqa: E402
-from replmon.testbed.localcluster.cluster import die_with_parent, free_port  # noqa: E402
 from replmon.testbed.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
 from streaming.exporter import PARTITION_GAUGES, Scraped, scrape  # noqa: E402
@@ -411,78 +408,42 @@ def _wait_or_dead(job: Job, seconds: float) -> None:
         time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
 
 
-class StreamProcess:
-    """``replmon stream --config FILE`` as a subprocess, its log appended to ``log_path``."""
+class PipelineJob:
+    """A pipeline's ``replmon stream`` as a :class:`Job`."""
 
-    def __init__(self, config: Path, metrics_port: int, log_path: Path) -> None:
-        self.config = config
-        self.port = metrics_port
-        self.log_path = log_path
-        self.proc: subprocess.Popen[bytes] | None = None
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
 
     def spawn(self) -> None:
-        with self.log_path.open("ab") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "replmon.cli", "stream", "--config", str(self.config)],
-                                         stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, preexec_fn=die_with_parent,
-                                         env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.pipeline.spawn("stream")
 
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.pipeline.alive("stream")
 
     def batches(self) -> int:
-        if not self.alive():
-            return 0
-        found = scrape(self.port).get("replmon_job_batches_total", [])
-        return int(found[0][1]) if found else 0
+        return self.pipeline.batches() if self.alive() else 0
 
     def running(self) -> bool:
-        assert self.alive(), f"the job exited: {self.log_path.read_text()[-3000:]}"
-        return self.batches() > 0
+        return self.pipeline.batches() > 0  # fails with the end of the job's log when the job exited
 
     def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.alive():
-            assert self.proc is not None
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        self.pipeline.kill("stream")
 
 
 # ------------------------------------------------------------------------------------------------ the benchmark
-def pipeline_config(root: Path, watched: LocalCluster, transport: LocalCluster, topics: Iterable[str],
-                    metrics_port: int) -> Path:
-    path = root / "replmon.yaml"
-    path.write_text(yaml.safe_dump({
-        "clusters": [{"name": "watched", "bootstrap_servers": watched.bootstrap_servers.split(","),
-                      "topics": {"include": sorted(topics)}}],
-        "collector": {"interval_s": 1.0, "request_timeout_ms": 2000, "metrics_port": 0,
-                      "lineage_refresh_cycles": 5, "config_refresh_cycles": 2},
-        "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","),
-                      "samples_topic": "rel.samples", "events_topic": "rel.events",
-                      "quarantine_topic": "rel.quarantine", "topic_partitions": 2},
-        "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(root / "checkpoint"),
-                   "history_dir": str(root / "history"), "starting_offsets": "earliest",
-                   "metrics_port": metrics_port, "state_buckets": 8, "stale_after_s": 86_400,
-                   "hw_stalled_after_s": 30},
-    }))
-    return path
+def pipeline(work: Path, watched: LocalCluster, transport: LocalCluster, topics: Iterable[str]) -> Pipeline:
+    """The pipeline on ``topics`` (their exact names), samples and events on ``rel.*``; no STALE event expected
+    (``stale_after_s`` far above the run's length)."""
+    return Pipeline(work, watched, transport, include=sorted(topics), cluster_name="watched", topic_names="rel",
+                    stale_after_s=86_400, hw_stalled_after_s=30, collector_metrics_port=0, cwd=ROOT)
 
 
 @contextlib.contextmanager
 def clusters(work: Path) -> Iterator[tuple[LocalCluster, LocalCluster]]:
     watched = LocalCluster.up(work / "watched", brokers=3, die_with_parent=True, remember=False)
     try:
-        transport = LocalCluster.up(work / "transport", brokers=1, die_with_parent=True, remember=False)
-        try:
+        with transport_cluster(work / "transport") as transport:
             yield watched, transport
-        finally:
-            transport.down(purge=True)
     finally:
         watched.down(purge=True)
 
@@ -501,15 +462,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             others = [b for b in watched.broker_ids if b != leader]
             view.create_topic(t, assignment={0: [leader, *others]})
         view.close()
-        port = free_port()
-        config_path = pipeline_config(work, watched, transport, topics, port)
-        config = load_config(config_path)
-        cfg = DetectConfig.from_stream_config(config.stream)
-        collector_log = (work / "collect.log").open("ab")
-        collector = subprocess.Popen([sys.executable, "-m", "replmon.cli", "collect", "--config", str(config_path)],
-                                     stdout=collector_log, stderr=subprocess.STDOUT, cwd=ROOT,
-                                     preexec_fn=die_with_parent)
-        job = StreamProcess(config_path, port, work / "stream.log")
+        p = pipeline(work, watched, transport, topics)
+        cfg = DetectConfig.from_stream_config(load_config(p.config).stream)
+        bootstrap, samples, events = transport.bootstrap_servers, p.samples_topic, p.events_topic
+        p.spawn("collect")
+        job = PipelineJob(p)
         try:
             load = FaultLoad(watched, topics, rng).start()
             log(f"load: {len(topics)} producers (acks=all) and a fault loop; {args.cycles} kill cycles")
@@ -519,19 +476,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             finally:
                 load.close()
             log("waiting until every partition is sampled healthy, then stopping the collector")
-            wait_for(lambda: healthy_sampled(transport.bootstrap_servers, "rel.samples", topics), 120,
-                     "healthy samples")
-            collector.terminate()
-            collector.wait(timeout=60)
-            until = end_offsets(transport.bootstrap_servers, "rel.samples")
+            wait_for(lambda: healthy_sampled(bootstrap, samples, topics), 120, "healthy samples")
+            p.stop("collect", grace_s=60)
+            until = end_offsets(bootstrap, samples)
             log("checking the events topic against the reference")
-            result, mismatches, ref = verify(transport.bootstrap_servers, "rel.samples", "rel.events", port, cfg,
-                                             set(topics), until)
+            result, mismatches, ref = verify(bootstrap, samples, events, p.metrics_port, cfg, set(topics), until)
         finally:
-            job.stop()
-            if collector.poll() is None:
-                collector.kill()
-        log(result.describe(ref, job_events(transport.bootstrap_servers, "rel.events", ref)))
+            p.stop(grace_s=60)
+        log(result.describe(ref, job_events(bootstrap, events, ref)))
         if mismatches:
             log("gauge mismatches: " + "; ".join(mismatches[:10]))
         return {

@@ -25,11 +25,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from replmon.contracts.samples import CycleSample, PartitionSample, ReplicaError, parse_sample
 from replmon.core.processes import stop_processes
+from replmon.testbed.harness import read_topic
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster.cluster import free_port
 from replmon.testbed.workload import SequencedProducer
-from tests.pipeline import read_topic
 
 pytestmark = pytest.mark.cluster
 INTERVAL_S = 1.0

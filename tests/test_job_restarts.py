@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_events, kill_cycles, verify
+from bench.reliability import FaultLoad, PipelineJob, end_offsets, healthy_sampled, job_events, kill_cycles, verify
 from replmon.core.config import load_config
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
@@ -19,28 +19,6 @@ from streaming.detect import DetectConfig
 from tests.pipeline import JOB_START_DEADLINE_S, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
-
-
-class PipelineJob:
-    """The pipeline's ``replmon stream`` as bench.reliability.Job."""
-
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.p = pipeline
-
-    def spawn(self) -> None:
-        self.p.job = self.p._start("stream")
-
-    def alive(self) -> bool:
-        return self.p.job is not None and self.p.job.poll() is None
-
-    def running(self) -> bool:
-        return bool(self.p.metric("replmon_job_batches_total"))
-
-    def batches(self) -> int:
-        return int(self.p.metric("replmon_job_batches_total") or 0) if self.alive() else 0
-
-    def kill(self) -> None:
-        self.p.kill_job()
 
 
 @pytest.mark.timeout(1200)  # three Spark starts (with the pipeline's): minutes each on a starved 2-core machine

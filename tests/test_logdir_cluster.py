@@ -183,7 +183,7 @@ def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, view: Kafka
     """Without --output the agent publishes every sample to the samples topic of the (local) cluster: the
     replicas of this test's topic arrive from all three brokers."""
     from replmon.core.config import load_config
-    from tests.pipeline import read_topic
+    from replmon.testbed.harness import read_topic
 
     transport = load_config().transport
     view.create_topic(topic_name, replication_factor=3)

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import yaml
 
+from replmon.testbed.harness import read_topic
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster.cluster import free_port
-from tests.pipeline import read_topic
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 

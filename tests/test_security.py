@@ -30,21 +30,13 @@ from replmon.core.config import ReplmonConfig, SecurityConfig, TransportConfig, 
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
 from replmon.core.security import GRANTS, Grant, Role, Where
+from replmon.testbed.harness import read_topic, security_settings
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster import tls as local_tls
 from replmon.testbed.localcluster.cluster import free_port
 from streaming.exporter import JobExporter
-from tests.pipeline import (
-    DEADLINE_S,
-    EVENTS_TOPIC,
-    QUARANTINE_TOPIC,
-    SAMPLES_TOPIC,
-    TOPIC_PREFIX,
-    Pipeline,
-    read_topic,
-    security_settings,
-)
+from tests.pipeline import DEADLINE_S, EVENTS_TOPIC, QUARANTINE_TOPIC, SAMPLES_TOPIC, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster]
 

@@ -13,11 +13,9 @@ is stopped on the way out, also on Ctrl-C (SIGINT) or SIGTERM.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -28,8 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-import yaml
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import KafkaAdminClient
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -37,11 +34,11 @@ from rich.table import Table
 
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import state_dir
-from replmon.core.processes import interrupt_on_sigterm, stop_processes
+from replmon.core.processes import interrupt_on_sigterm
+from replmon.testbed.harness import EventFollower, Pipeline, StageExited, metric, start_transport
 from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
-from replmon.testbed.localcluster.cluster import die_with_parent, free_port
 from replmon.testbed.workload import SequencedProducer, readable_sequences
-from streaming.exporter import Scraped, scrape
+from streaming.exporter import Scraped
 
 STEP_TIMEOUT_S = 90.0
 """Longest wait for Kafka to act or for replmon to report, per wait."""
@@ -85,15 +82,13 @@ class Demo:
     cluster: LocalCluster | None = None
     cluster_was_running: bool = False
     transport: LocalCluster | None = None
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    pipeline: Pipeline | None = None
     producers: list[SequencedProducer] = field(default_factory=list)
-    consumer: KafkaConsumer | None = None
+    follower: EventFollower | None = None
     admin: KafkaAdminClient | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
     metrics: Scraped = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
-    restarts: dict[str, int] = field(default_factory=dict)
-    metrics_port: int = 0
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
     _metrics_at: float = 0.0
 
@@ -105,10 +100,6 @@ class Demo:
     @property
     def loss_topic(self) -> str:
         return f"replmon-demo-{self.run_id}-loss"
-
-    @property
-    def events_topic(self) -> str:
-        return "replmon.demo.events"
 
     def say(self, text: str) -> None:
         self.console.print(f"[dim]{time.monotonic() - self.started_at:6.1f}s[/] {text}")
@@ -126,7 +117,7 @@ class Demo:
         # watched one (`replmon cluster status` afterwards)
         cdir = resolve_cluster_dir(None)
         self.say("starting a one-broker local cluster for samples and events (deleted at the end)")
-        self.transport = LocalCluster.up(self.work / "transport", brokers=1, die_with_parent=True, remember=False)
+        self.transport = start_transport(self.work / "transport")
         exists = (cdir / "cluster.json").exists()
         self.cluster_was_running = exists and all(
             s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
@@ -141,49 +132,25 @@ class Demo:
         self.say(f"watched cluster: brokers {self.cluster.broker_ids} at {self.cluster.bootstrap_servers}")
 
     def start_pipeline(self) -> None:
+        """``replmon collect`` and ``replmon stream`` on the demo topics, in their own sessions (a Ctrl-C reaches
+        the demo alone, which stops them in order)."""
         assert self.cluster is not None and self.transport is not None
-        self.metrics_port = free_port()
-        config = self.work / "replmon.yaml"
-        config.write_text(yaml.safe_dump({
-            "clusters": [{"name": "local", "bootstrap_servers": self.cluster.bootstrap_servers.split(","),
-                          "topics": {"include": [f"replmon-demo-{self.run_id}.*"]}}],
-            "collector": {"interval_s": 1.0, "request_timeout_ms": 2000, "metrics_port": free_port(),
-                          "lineage_refresh_cycles": 5, "config_refresh_cycles": 2},
-            "transport": {"bootstrap_servers": self.transport.bootstrap_servers.split(","),
-                          "samples_topic": "replmon.demo.samples", "events_topic": self.events_topic,
-                          "quarantine_topic": "replmon.demo.quarantine", "topic_partitions": 1},
-            "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(self.work / "checkpoint"),
-                       "history_dir": str(self.work / "history"), "starting_offsets": "earliest",
-                       "metrics_port": self.metrics_port, "state_buckets": 8, "stale_after_s": 300,
-                       "hw_stalled_after_s": 300},
-        }))
-        for command in ("collect", "stream"):
-            self.spawn(command)
-        self.say(f"collector pid {self.children['collect'].pid}, streaming job pid {self.children['stream'].pid}; "
-                 f"metrics on http://127.0.0.1:{self.metrics_port}/metrics; logs in {self.work}")
-
-    def spawn(self, command: str) -> None:
-        """Start ``replmon collect`` or ``replmon stream`` with the demo's configuration."""
-        with (self.work / f"{command}.log").open("ab") as log:
-            self.children[command] = subprocess.Popen(
-                [sys.executable, "-m", "replmon.cli", command, "--config", str(self.work / "replmon.yaml")],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                preexec_fn=die_with_parent, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        self.pipeline = Pipeline(self.work, self.cluster, self.transport, include=[f"replmon-demo-{self.run_id}.*"],
+                                 topic_names="replmon.demo", topic_partitions=1, stale_after_s=300,
+                                 hw_stalled_after_s=300, new_session=True)
+        self.pipeline.start()
+        self.say(f"collector pid {self.pipeline.collector.pid}, streaming job pid {self.pipeline.job.pid}; "
+                 f"metrics on http://127.0.0.1:{self.pipeline.metrics_port}/metrics; logs in {self.work}")
 
     def check_children(self) -> None:
         """A collector or job that died is started again (the job resumes from its checkpoint), twice at most:
         on a loaded machine Spark's Python workers can time out connecting back, which ends the job."""
-        for name, proc in list(self.children.items()):
-            if proc.poll() is None:
-                continue
-            self.restarts[name] = self.restarts.get(name, 0) + 1
-            if self.restarts[name] > MAX_RESTARTS:
-                raise ReplmonError(f"replmon {name} exited with {proc.returncode} {MAX_RESTARTS + 1} times; "
-                                   f"see {self.work}/{name}.log")
-            self.say(f"[yellow]replmon {name} exited with {proc.returncode}; starting it again[/] "
-                     f"(log: {self.work}/{name}.log)")
-            self.spawn(name)
-            self.say(f"replmon {name} pid {self.children[name].pid}")
+        if self.pipeline is None:
+            return
+        for stage, code in self.pipeline.restart_dead(MAX_RESTARTS):
+            self.say(f"[yellow]replmon {stage} exited with {code}; starting it again[/] "
+                     f"(log: {self.pipeline.log(stage)})")
+            self.say(f"replmon {stage} pid {self.pipeline.procs[stage].pid}")
 
     def start_workload(self) -> None:
         assert self.cluster is not None
@@ -226,32 +193,16 @@ class Demo:
     # ------------------------------------------------------------------ replmon's view
     def poll(self) -> None:
         """Read new events (printing them) and, once a second, the job's metrics; waits up to 0.5 s."""
-        if self.consumer is None:
-            assert self.transport is not None
-            consumer = KafkaConsumer(bootstrap_servers=self.transport.bootstrap_servers, enable_auto_commit=False,
-                                     group_id=None, isolation_level="read_committed", client_id="replmon-demo")
-            parts = consumer.partitions_for_topic(self.events_topic)
-            if not parts:
-                consumer.close()
-                time.sleep(0.5)
-            else:
-                tps = [TopicPartition(self.events_topic, p) for p in parts]
-                consumer.assign(tps)
-                consumer.seek_to_beginning(*tps)
-                self.consumer = consumer
-        if self.consumer is not None:
-            for records in self.consumer.poll(timeout_ms=500).values():
-                for record in records:
-                    event = json.loads(record.value)
-                    self.events.append(event)
-                    self.print_event(event)
+        assert self.pipeline is not None
+        if self.follower is None:
+            self.follower = self.pipeline.follow_events(client_id="replmon-demo")
+        for event in self.follower.poll(timeout_ms=500):
+            self.events.append(event)
+            self.print_event(event)
         if time.monotonic() - self._metrics_at >= 1.0:
             self._metrics_at = time.monotonic()
-            with contextlib.suppress(OSError, ValueError):
-                self.metrics = self.scrape()
-
-    def scrape(self) -> Scraped:
-        return scrape(self.metrics_port, timeout_s=3)
+            with contextlib.suppress(OSError, ValueError, StageExited):
+                self.metrics = self.pipeline.scrape(timeout_s=3)
 
     def print_event(self, e: dict[str, Any]) -> None:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")
@@ -292,10 +243,7 @@ class Demo:
                      f"after {outcome.delay_s:.1f}s")
 
     def metric(self, name: str, **labels: str) -> float | None:
-        for got, value in self.metrics.get(name, []):
-            if all(got.get(k) == v for k, v in labels.items()):
-                return value
-        return None
+        return metric(self.metrics, name, **labels)
 
     def partition_table(self) -> Table:
         table = Table(title="demo partitions, as replmon's job exports them", title_justify="left")
@@ -481,17 +429,18 @@ class Demo:
 
     def cleanup(self) -> None:
         started = _descendants()  # before anything stops: a child killed below orphans its own children
-        for proc in self.children.values():  # they stop while the producers close (each may take seconds)
-            with contextlib.suppress(ProcessLookupError):
-                proc.terminate()
+        if self.pipeline is not None:  # its stages stop while the producers close (each may take seconds)
+            self.pipeline.terminate()
         with ThreadPoolExecutor(max_workers=max(1, len(self.producers))) as pool:
             for producer in self.producers:
                 pool.submit(producer.close)  # SequencedProducer.close is bounded and never raises
-        for client in (self.consumer, self.admin):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    client.close()
-        stop_processes(self.children.values(), grace_s=30)
+        if self.follower is not None:
+            self.follower.close()
+        if self.admin is not None:
+            with contextlib.suppress(Exception):
+                self.admin.close()
+        if self.pipeline is not None:
+            self.pipeline.stop(grace_s=30)
         if self.cluster is not None:
             if self.cluster_was_running:  # leave it as it was found: every broker up, no demo topics
                 with contextlib.suppress(Exception):

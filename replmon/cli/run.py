@@ -4,7 +4,6 @@ with no cluster configured, the local cluster, started when it is not running.""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -12,8 +11,8 @@ from rich.console import Console
 from replmon.cli.targets import with_default_cluster
 from replmon.core.config import ReplmonConfig, load_config
 from replmon.core.processes import interrupt_on_sigterm, stop_processes
+from replmon.testbed.harness import spawn_stage, stage_command
 from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
-from replmon.testbed.localcluster.cluster import die_with_parent
 from streaming.service import run_job_until_stopped
 
 err = Console(stderr=True, highlight=False)
@@ -21,12 +20,11 @@ err = Console(stderr=True, highlight=False)
 
 def children(config_path: Path | None, config: ReplmonConfig) -> list[list[str]]:
     """The collector, and a log-dir agent per broker whose log dirs are on this host."""
-    base = [sys.executable, "-m", "replmon.cli"]
-    conf = ["--config", str(config_path)] if config_path else []
-    commands = [[*base, "collect", *conf]]
+    commands = [stage_command("collect", config_path)]
     for cluster in config.clusters:
         for broker, dirs in sorted(cluster.log_dirs.items()):
-            commands.append([*base, "agent", "--log-dir", *map(str, dirs), "--broker-id", str(broker), *conf])
+            commands.append(stage_command("agent", config_path, "--log-dir", *map(str, dirs),
+                                          "--broker-id", str(broker)))
     return commands
 
 
@@ -37,9 +35,7 @@ def run(config_path: Path | None) -> int:
     with interrupt_on_sigterm(sigint=True):  # every child is stopped (stop_processes)
         try:
             config = with_default_cluster(ensure_local_cluster(load_config(config_path)))
-            procs = [subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=die_with_parent)
-                     for cmd in children(config_path, config)]
+            procs = [spawn_stage(cmd, new_session=True) for cmd in children(config_path, config)]
             return run_job_until_stopped(config)
         except KeyboardInterrupt:
             return 0
