@@ -24,7 +24,15 @@ CONTRACT = [
     ["agent", "--log-dir", "/a", "/b", "--once", "--output", "-"],
     ["stream", "--config", "c.yaml"],
     ["run", "--config", "c.yaml"],
+    ["run", "--cluster-dir", "/x"],
+    ["collect", "--cluster-dir", "/x", "--once"],
+    ["agent", "--log-dir", "/a", "--cluster-dir", "/x"],
+    ["stream", "--cluster-dir", "/x"],
+    ["cluster", "status", "--cluster-dir", "/x", "--json"],
+    ["events", "--from", "topic", "--follow", "--json", "--cluster-dir", "/x"],
+    ["events", "--history-dir", "/h", "--json", "--type", "isr_shrink", "--since", "1h"],
     ["demo"],
+    ["demo", "--cluster-dir", "/x"],
     ["dashboards", "build"],
     ["dashboards", "push"],
 ]
@@ -75,3 +83,17 @@ def test_the_job_needs_no_watched_cluster_when_the_transport_is_configured(
     config.write_text("stream:\n  trigger_interval_s: 2\n")  # the samples topic is on the local cluster: none
     with pytest.raises(ReplmonError, match=r"^no local cluster in .*: start one with `replmon cluster up`$"):
         stream_config(config)
+
+
+def test_run_tells_its_children_which_local_cluster_to_watch() -> None:
+    """`replmon run --cluster-dir DIR`: the collector and every agent watch that cluster too, not the one `cluster
+    up` started last."""
+    from replmon.cli.run import children
+    from replmon.core.config import ClusterConfig, ReplmonConfig
+
+    config = ReplmonConfig(clusters=[ClusterConfig(name="local", bootstrap_servers=["127.0.0.1:1"],
+                                                   log_dirs={1: [Path("/d1")], 2: [Path("/d2")]})])
+    commands = children(None, config, Path("/clusters/a"))
+    assert [c[3] for c in commands] == ["collect", "agent", "agent"]
+    assert all(c[-2:] == ["--cluster-dir", "/clusters/a"] for c in commands)
+    assert all("--cluster-dir" not in c for c in children(Path("c.yaml"), config, None))

@@ -77,6 +77,8 @@ class Outcome:
 class Demo:
     fast: bool
     work: Path
+    cluster_dir: Path | None = None
+    """The local cluster to use (started when it is not running); None: the one `cluster up` started last."""
     console: Console = field(default_factory=lambda: console)
     started_at: float = field(default_factory=time.monotonic)
     cluster: LocalCluster | None = None
@@ -115,7 +117,7 @@ class Demo:
         # the watched cluster is the default or last one, resolved before the transport starts; the transport
         # starts first because LocalCluster.up remembers the cluster it started last, and that must stay the
         # watched one (`replmon cluster status` afterwards)
-        cdir = resolve_cluster_dir(None)
+        cdir = resolve_cluster_dir(self.cluster_dir)
         self.say("starting a one-broker local cluster for samples and events (deleted at the end)")
         self.transport = start_transport(self.work / "transport")
         exists = (cdir / "cluster.json").exists()
@@ -489,12 +491,12 @@ def _shielded() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def demo() -> int:
+def demo(cluster_dir: Path | None = None) -> int:
     fast = os.environ.get("REPLMON_DEMO_FAST", "") not in ("", "0")
     root = state_dir() / "demo"
     root.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="run-", dir=root))
-    d = Demo(fast=fast, work=work)
+    d = Demo(fast=fast, work=work, cluster_dir=cluster_dir)
     d.console.rule("[bold]replmon demo")
     d.say("a real Kafka cluster, replmon's collector and streaming job, a workload, and five faults")
     ok = False

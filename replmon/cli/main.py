@@ -54,7 +54,7 @@ def _stream(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from replmon.cli.run import run
 
-    return run(args.config)
+    return run(args.config, args.cluster_dir)
 
 
 def _events(args: argparse.Namespace) -> int:
@@ -78,7 +78,7 @@ def _events(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from replmon.cli.demo import demo
 
-    return demo()
+    return demo(args.cluster_dir)
 
 
 def _dashboards(args: argparse.Namespace) -> int:
@@ -185,7 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     stream.set_defaults(handler=_stream)
 
     run = sub.add_parser("run", help="collector + agents + job + exporter; no cluster configured: the local one")
-    run.add_argument("--config", type=Path, help="YAML configuration (default: the local cluster)")
+    watch_args(run)
     run.set_defaults(handler=_run)
 
     events = sub.add_parser("events", help="print the job's events: from its history, or the events topic (live)",
@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     events.set_defaults(handler=_events)
 
     demo = sub.add_parser("demo", help="run + a workload + a scripted fault timeline, narrated in the terminal")
+    demo.add_argument("--cluster-dir", type=Path, default=None, metavar="DIR",
+                      help="the local cluster to use, started when it is not running (default: the one "
+                      "`cluster up` started last)")
     demo.set_defaults(handler=_demo)
 
     dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client")
