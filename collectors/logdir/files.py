@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 from collectors.logdir import layout
 from collectors.logdir.checkpoints import (
@@ -30,7 +30,7 @@ from collectors.logdir.records import (
     SegmentCorrupt,
     SegmentTail,
     crc_matches,
-    last_index_entry,
+    last_index_entry_slot,
     parse_index_entry,
     read_batch_header,
     walk_segment,
@@ -111,15 +111,30 @@ def index_start_position(index_path: Path, read: Callable[[int, int], bytes], lo
                          crc_check: Callable[[BatchHeader], bool]) -> int:
     """Where to start walking the segment: the last offset index entry's position when a complete batch with
     a matching CRC starts there, else 0 (no index, no entry yet, or an index that disagrees with the log)."""
-    return index_start(index_path, read, log_size, crc_check)[0]
+    return index_start(index_path, read, log_size, crc_check).position
+
+
+STALE_INDEX_PROBES = 64
+"""Index entries tried, newest first, for one that points at a valid batch."""
+
+
+class IndexStart(NamedTuple):
+    position: int
+    """Where to start walking the segment: a batch boundary."""
+    problem: str | None
+    """What is wrong with the index's last entry, None when it points at a valid batch (or there is none)."""
+    last_entry_position: int | None
+    """The position the index's last written entry names."""
 
 
 def index_start(index_path: Path, read: Callable[[int, int], bytes], log_size: int,
-                crc_check: Callable[[BatchHeader], bool]) -> tuple[int, str | None]:
-    """:func:`index_start_position`, and what is wrong when the index has an entry that does not point at a
-    complete, valid batch of the log (None when it does, or has no entry). Kafka appends an index entry only
-    after the batch it points at, and truncates the index before the log: a disagreement means the segment
-    was truncated or rewritten beneath its index."""
+                crc_check: Callable[[BatchHeader], bool]) -> IndexStart:
+    """:func:`index_start_position`, and what is wrong when the index's last entry does not point at a complete,
+    valid batch of the log (None when it does, or has no entry). Kafka appends an index entry only after the batch
+    it points at; a disagreement means the segment was truncated or rewritten beneath its index, or the index is
+    stale: Kafka truncates an index by moving its end in memory, leaving the old entries' bytes in the file until
+    new ones overwrite them. The walk then starts at the newest entry (of the last ``STALE_INDEX_PROBES``) that does
+    point at a valid batch, else at the segment's start."""
     try:
         with open(index_path, "rb") as f:
             fd = f.fileno()
@@ -137,21 +152,45 @@ def index_start(index_path: Path, read: Callable[[int, int], bytes], log_size: i
                     raw = os.pread(fd, INDEX_ENTRY_SIZE, i * INDEX_ENTRY_SIZE)
                     return parse_index_entry(raw) if len(raw) == INDEX_ENTRY_SIZE else (0, 0)
 
-            entry = last_index_entry(read_entry, entries)
+            last = last_index_entry_slot(read_entry, entries)
+            if last is None:
+                return IndexStart(0, None, None)
+            named = read_entry(last)[1]
+            problem = _entry_problem(named, read, log_size, crc_check)
+            if problem is None:
+                return IndexStart(named, None, named)
+            for slot in range(last - 1, max(-1, last - 1 - STALE_INDEX_PROBES), -1):
+                position = read_entry(slot)[1]
+                if _entry_problem(position, read, log_size, crc_check) is None:
+                    return IndexStart(position, problem, named)
     except OSError:
-        return 0, None
-    if entry is None:
-        return 0, None
-    position = entry[1]
+        return IndexStart(0, None, None)
+    return IndexStart(0, problem, named)
+
+
+def _entry_problem(position: int, read: Callable[[int, int], bytes], log_size: int,
+                   crc_check: Callable[[BatchHeader], bool]) -> str | None:
+    """Why an index entry at ``position`` is not a place to start walking the log, or None."""
     if not 0 < position < log_size:
-        return 0, f"offset index entry at position {position}, beyond the segment's {log_size} bytes"
+        return f"offset index entry at position {position}, beyond the segment's {log_size} bytes"
     try:
         batch = read_batch_header(read, log_size, position)
     except SegmentCorrupt as exc:
-        return 0, f"offset index entry at position {position}: {exc}"
+        return f"offset index entry at position {position}: {exc}"
     if batch is None or not crc_check(batch):
-        return 0, f"offset index entry at position {position}: no complete valid batch there"
-    return position, None
+        return f"offset index entry at position {position}: no complete valid batch there"
+    return None
+
+
+def stale_index(start: IndexStart, tail: SegmentTail) -> bool:
+    """Whether an index that disagrees with its segment is merely stale, the tail walked past it exact: Kafka
+    truncates an index (after a log truncation or recovery) by moving its end in memory and leaves the old entries
+    in the file until new ones overwrite them, so they name positions beyond the log or inside its new batches.
+    Not stale: a segment with no complete batch (zeroed), or whose last entry names the start of the incomplete
+    batch the walk ended on (Kafka indexes a batch only once it is written whole: the segment was cut)."""
+    if tail.last_batch is None:
+        return False
+    return not (tail.trailing_bytes > 0 and start.last_entry_position == tail.valid_bytes)
 
 
 def read_segment_tail(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None) -> SegmentTail:
@@ -160,9 +199,9 @@ def read_segment_tail(log_path: Path, base_offset: int, verified: VerifiedBatche
 
 def read_segment_tail_checked(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None
                               ) -> tuple[SegmentTail, str | None]:
-    """The segment's tail, and what is wrong with its offset index (see :func:`index_start`); the tail is
-    then walked from the segment's start. A disagreement is looked at twice: a reader racing Kafka's own
-    truncation or a compaction swap may see the index and the log of two different moments."""
+    """The segment's tail, and what is wrong beneath its offset index (see :func:`index_start`): None when the
+    index is merely stale (:func:`stale_index`) and the tail walked past it exact. A disagreement is looked at twice: a reader racing
+    Kafka's own truncation or a compaction swap may see the index and the log of two different moments."""
     verified = verified if verified is not None else VerifiedBatches()
     index_path = log_path.with_name(layout.index_file_name(base_offset))
     with open(log_path, "rb") as f:
@@ -171,13 +210,16 @@ def read_segment_tail_checked(log_path: Path, base_offset: int, verified: Verifi
             size = os.fstat(fd).st_size
             reader = WindowReader(fd)  # a fresh window: the second look must not see the first one's bytes
             crc_check = partial(verified.check, log_path, reader.read)
-            start, problem = index_start(index_path, reader.read, size, crc_check)
-            if problem is None:
+            start = index_start(index_path, reader.read, size, crc_check)
+            if start.problem is None:
                 break
         try:
-            tail = walk_segment(reader.read, size, base_offset, start, crc_check)
+            tail = walk_segment(reader.read, size, base_offset, start.position, crc_check)
         except SegmentCorrupt as exc:
             raise SegmentCorrupt(f"segment {log_path.name}: {exc}") from None
+    problem = start.problem
+    if problem is not None and stale_index(start, tail):
+        problem = None
     return tail, None if problem is None else f"segment {log_path.name}: {problem}"
 
 

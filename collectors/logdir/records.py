@@ -175,8 +175,14 @@ def parse_index_entry(entry: bytes) -> tuple[int, int]:
 
 def last_index_entry(read_entry: Callable[[int], tuple[int, int]], entries: int) -> tuple[int, int] | None:
     """The last written entry of an offset index of ``entries`` slots (the active segment's index is
-    preallocated with zeros). Positions grow strictly and the first batch at position 0 never gets an entry,
-    so written entries are the leading ones with a position > 0: binary search for the last of them."""
+    preallocated with zeros)."""
+    slot = last_index_entry_slot(read_entry, entries)
+    return None if slot is None else read_entry(slot)
+
+
+def last_index_entry_slot(read_entry: Callable[[int], tuple[int, int]], entries: int) -> int | None:
+    """The slot of :func:`last_index_entry`. Positions grow strictly and the first batch at position 0 never gets
+    an entry, so written entries are the leading ones with a position > 0: binary search for the last of them."""
     low, high = 0, entries  # entries [0, low) are written, [high, entries) are not
     while low < high:
         middle = (low + high) // 2
@@ -184,4 +190,4 @@ def last_index_entry(read_entry: Callable[[int], tuple[int, int]], entries: int)
             low = middle + 1
         else:
             high = middle
-    return read_entry(low - 1) if low > 0 else None
+    return low - 1 if low > 0 else None
