@@ -344,3 +344,33 @@ def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCl
         for proc in procs:
             proc.terminate()
             proc.wait(timeout=30)
+
+
+def test_a_broker_that_stops_answering_costs_a_cycle_a_bounded_share_of_its_interval(
+        healthy_cluster: LocalCluster, view: KafkaView, topic_name: str,
+        producer_factory: Callable[..., SequencedProducer]) -> None:
+    """At the defaults (a cycle every 5 s, 5 s per request) the first cycle after a broker goes silent waits for it
+    0.6 x 5 s, not the request timeout, so the next cycle starts on time; the ones after wait only a short grace."""
+    view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    producer_factory(topic_name, acks=1)  # writes through the fault
+    config = ClusterConfig(name="test", bootstrap_servers=healthy_cluster.bootstrap_servers.split(","),
+                           topics=TopicFilter(include=[topic_name]))
+    defaults = CollectorConfig()
+    sampler = ClusterSampler(config, defaults, "tests")
+    try:
+        assert sampler.cycle_wait_s == 0.6 * defaults.interval_s < defaults.request_timeout_ms / 1000
+        sampler.cycle()
+        assert sampler.cycle().cycle.unreachable_brokers == []
+        healthy_cluster.pause(3)
+        try:
+            for _ in range(3):
+                started = time.monotonic()
+                result = sampler.cycle()
+                took = time.monotonic() - started
+                assert result.cycle.unreachable_brokers == [3]
+                assert took < sampler.cycle_wait_s + 0.5, took
+            assert took < 1.0, "a broker silent last cycle gets only a short grace"
+        finally:
+            healthy_cluster.resume(3)
+    finally:
+        sampler.close()

@@ -200,8 +200,9 @@ def read_segment_tail(log_path: Path, base_offset: int, verified: VerifiedBatche
 def read_segment_tail_checked(log_path: Path, base_offset: int, verified: VerifiedBatches | None = None
                               ) -> tuple[SegmentTail, str | None]:
     """The segment's tail, and what is wrong beneath its offset index (see :func:`index_start`): None when the
-    index is merely stale (:func:`stale_index`) and the tail walked past it exact. A disagreement is looked at twice: a reader racing
-    Kafka's own truncation or a compaction swap may see the index and the log of two different moments."""
+    index is merely stale (:func:`stale_index`) and the tail walked past it exact. A disagreement is looked at
+    twice: a reader racing Kafka's own truncation or a compaction swap may see the index and the log of two
+    different moments."""
     verified = verified if verified is not None else VerifiedBatches()
     index_path = log_path.with_name(layout.index_file_name(base_offset))
     with open(log_path, "rb") as f:

@@ -6,7 +6,8 @@ the metadata is read.
 Remembers across cycles: the cycle number, the partition layout (who leads and who hosts what), the leader
 lineages and walks in progress, the topic configs, which brokers answered last time (a broker that did not is
 asked only after the metadata, with a short grace once the others have answered, so a silent broker does not
-hold every cycle to the full request timeout).
+hold every cycle to the full request timeout). Every wait of a cycle ends by one deadline, a share of the interval
+(``collector.cycle_wait_share``): the first cycle after a broker stops answering is on time too.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ DESCRIBE_TOPIC_PARTITIONS = "DescribeTopicPartitions"
 METADATA = "Metadata"
 SILENT_BROKER_GRACE_S = 0.5
 """How long a broker that did not answer last cycle is waited for once every other broker has answered."""
+MIN_CYCLE_WAIT_S = 1.0
+"""The least a cycle waits for answers, whatever the interval: a short interval must not fail healthy brokers."""
 METADATA_REFRESH_WAIT_S = 1.0
 """How long a cycle waits for the client's metadata when a partition names a broker the client does not know."""
 UNREACHABLE_ERRORS = (Errors.KafkaConnectionError, Errors.RequestTimedOutError, Errors.KafkaTimeoutError,
@@ -91,6 +94,10 @@ class ClusterSampler:
         self._requests = 0
         self._metadata_broker: int | None = None
         self._configs_denied: list[str] = []
+        self.cycle_wait_s = min(collector.request_timeout_ms / 1000,
+                                max(MIN_CYCLE_WAIT_S, collector.cycle_wait_share * collector.interval_s))
+        """How long one cycle waits for answers in all (see ``CollectorConfig.cycle_wait_share``)."""
+        self._cycle_deadline = 0.0
 
     def _count(self, label: str, broker: int) -> None:
         self._requests += 1
@@ -109,8 +116,13 @@ class ClusterSampler:
         with gc_paused():  # the cycle builds objects by the hundred thousand: see replmon.core.gcpause
             return self._cycle()
 
+    def _left_s(self) -> float:
+        """What is left of this cycle's wait for answers (a little, never nothing: a request needs a deadline)."""
+        return max(0.05, self._cycle_deadline - time.monotonic())
+
     def _cycle(self) -> CycleResult:
         started = time.monotonic()
+        self._cycle_deadline = started + self.cycle_wait_s
         sample_time_ms = int(time.time() * 1000)
         cycle_no = self.cycle_no
         requests_before = self._requests
@@ -132,7 +144,7 @@ class ClusterSampler:
             # a broker back from the dead is in the partitions' replicas before it is in the client's
             # metadata: refresh it now, so that this cycle already reads it (a broker still down costs one
             # metadata round trip to a live broker)
-            self.client.refresh_metadata(timeout_s=min(METADATA_REFRESH_WAIT_S, self.config.request_timeout_ms / 1000))
+            self.client.refresh_metadata(timeout_s=min(METADATA_REFRESH_WAIT_S, self._left_s()))
 
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
             rq.unasked(leads, early.leads), rq.unasked(hosts, early.hosts), version, self.config.request_timeout_ms)]
@@ -198,7 +210,7 @@ class ClusterSampler:
         hosts = {b: t for b, t in self.hosts.items() if b not in self.silent}
         calls = [Call(b, req, label) for b, label, req in rq.list_offsets_requests(
             leads, hosts, version, self.config.request_timeout_ms)]
-        return EarlyOffsets(leads, hosts, self.client.submit(calls))
+        return EarlyOffsets(leads, hosts, self.client.submit(calls, timeout_s=self._left_s()))
 
     def _pick_broker(self, hosts: dict[int, Any]) -> int:
         """A broker that answered last cycle, preferring the one asked for metadata."""
@@ -251,15 +263,14 @@ class ClusterSampler:
         return rq.parse_metadata(outcome.response)
 
     def _send(self, calls: list[Call]) -> list[Outcome]:
-        """All calls at once; brokers silent last cycle get a short grace after the others answered."""
+        """All calls at once, waited for until the cycle's deadline; brokers silent last cycle get a short grace
+        after the others answered."""
         patient = [c for c in calls if c.broker not in self.silent]
         hurried = [c for c in calls if c.broker in self.silent]
         if not hurried:
-            return self.client.send_all(calls)
-        started = time.monotonic()
-        results = self.client.send_all(patient) if patient else []
-        left = self.config.request_timeout_ms / 1000 - (time.monotonic() - started)
-        results += self.client.send_all(hurried, timeout_s=max(0.05, min(SILENT_BROKER_GRACE_S, left)))
+            return self.client.send_all(calls, timeout_s=self._left_s())
+        results = self.client.send_all(patient, timeout_s=self._left_s()) if patient else []
+        results += self.client.send_all(hurried, timeout_s=min(SILENT_BROKER_GRACE_S, self._left_s()))
         order = {id(c): i for i, c in enumerate(calls)}
         return sorted(results, key=lambda o: order[id(o.call)])
 

@@ -144,6 +144,11 @@ class CollectorConfig(_Section):
     config_refresh_cycles: int = Field(default=12, ge=1)
     """Re-read topic configs (min.insync.replicas, unclean.leader.election.enable) every M cycles."""
     request_timeout_ms: int = Field(default=5000, ge=100)
+    """The longest wait for one broker's answer."""
+    cycle_wait_share: float = Field(default=0.6, gt=0, le=1)
+    """A cycle waits for the brokers' answers at most this share of ``interval_s`` (at least 1 s, at most
+    ``request_timeout_ms``): a broker that does not answer (paused, partitioned off) costs a cycle no more than
+    that, its replicas are marked unreachable, and the next cycle starts on time."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(default=9465, ge=0, le=65535)
     """The collector's /metrics port: 0 picks a free one (printed at start), null serves none."""
