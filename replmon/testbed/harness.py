@@ -129,13 +129,15 @@ class Pipeline:
 
     ``security``: per stage, the settings it uses on both clusters (that stage then gets its own configuration
     file, ``replmon-<stage>.yaml``); by default none (PLAINTEXT). ``collector_metrics_port``: a free port by
-    default."""
+    default. ``overrides``: settings by section that replace the harness's (e.g. ``{"collector": {"interval_s":
+    5.0}}``)."""
 
     def __init__(self, root: Path, watched: LocalCluster, transport: LocalCluster, *, include: Sequence[str],
                  cluster_name: str = "local", topic_names: str = "replmon", topic_partitions: int = 2,
                  stale_after_s: float = 120, hw_stalled_after_s: float = 120,
                  collector_metrics_port: int | None = None, security: Mapping[str, SecurityConfig] | None = None,
-                 new_session: bool = False, cwd: Path | None = None) -> None:
+                 new_session: bool = False, cwd: Path | None = None,
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.root = root
         self.cluster = watched
         self.transport = transport
@@ -147,6 +149,8 @@ class Pipeline:
             watched, transport, root, include=include, metrics_port=self.metrics_port,
             collector_metrics_port=self.collector_metrics_port, cluster_name=cluster_name, topic_names=topic_names,
             topic_partitions=topic_partitions, stale_after_s=stale_after_s, hw_stalled_after_s=hw_stalled_after_s)
+        for section, values in (overrides or {}).items():
+            self.settings[section] = {**self.settings.get(section, {}), **values}
         transport_settings = self.settings["transport"]
         self.samples_topic: str = transport_settings["samples_topic"]
         self.events_topic: str = transport_settings["events_topic"]
