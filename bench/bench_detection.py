@@ -69,11 +69,13 @@ class KafkaWatch:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            # asked of a running broker: one being killed or paused would hold the answer for seconds
             running = [b for b in self.cluster.broker_ids if self.cluster.node_state(b) == NodeState.RUNNING]
             for topic in self.topics:
                 with contextlib.suppress(Exception):
-                    seen = self.view.partition(topic, via=running[0])
+                    # asked of the leader while it runs (the faults stop, pause or kill other brokers first), else
+                    # of a running broker: one going down under the request would hold the answer
+                    last = self.history[topic][-1][1].leader if self.history[topic] else -1
+                    seen = self.view.partition(topic, via=last if last in running else running[0])
                     now = time.time()
                     last = self.history[topic][-1][1] if self.history[topic] else None
                     if last is None or (seen.leader, seen.leader_epoch, seen.isr) != (
