@@ -186,7 +186,8 @@ def walk_kafka_python_page(response: Any) -> rq.DescribePage:
             partitions.append(rq.PartitionMeta(
                 topic=t.name, topic_id=kafka_uuid(t.topic_id), partition=p.partition_index, leader=p.leader_id,
                 leader_epoch=p.leader_epoch, replicas=list(p.replica_nodes), isr=list(p.isr_nodes),
-                elr=list(p.eligible_leader_replicas or []), last_known_elr=list(p.last_known_elr or []),
+                elr=None if p.eligible_leader_replicas is None else list(p.eligible_leader_replicas),
+                last_known_elr=None if p.last_known_elr is None else list(p.last_known_elr),
                 offline_replicas=list(p.offline_replicas or []), error_code=p.error_code, internal=bool(t.is_internal)))
     cursor = response.next_cursor
     return rq.DescribePage(topics, partitions, (cursor.topic_name, cursor.partition_index) if cursor else None,
@@ -225,6 +226,7 @@ def test_describe_topic_partitions_read_by_hand_as_kafka_python_reads_it(cursor:
     assert decoded == walk_kafka_python_page(DTP_RESPONSE.decode(body, version=0))
     assert len(decoded.partitions) == 150 and decoded.cursor == cursor and decoded.throttle_time_ms == 7
     assert decoded.partitions[5].replicas == wide and decoded.partitions[4].last_known_elr == [1]
+    assert decoded.partitions[1].elr is None and decoded.partitions[2].elr == [2, 3]  # null: not reported
     assert decoded.topics[1] == rq.TopicMeta("__consumer_offsets", True, 0)
     assert decoded.partitions[0].topic_id == "mTOJ9eNIQlK7J1Ix-ndbIw"
 
@@ -248,7 +250,7 @@ def test_describe_topic_partitions_skips_tagged_fields_and_refuses_a_malformed_a
             + b"\x01" + b"\x02t" + struct.pack(">i", 5) + tags((0, b"z")) + tags((3, b"q")))
     page = rq.decode_describe_topic_partitions(body)
     assert page.cursor == ("t", 5) and page.topics == [rq.TopicMeta("t", False, 0)]
-    assert page.partitions == [rq.PartitionMeta("t", kafka_uuid(topic_id), 4, 2, 9, [1, 2], [2], [], [1], [])]
+    assert page.partitions == [rq.PartitionMeta("t", kafka_uuid(topic_id), 4, 2, 9, [1, 2], [2], None, [1], [])]
 
     parser = KafkaProtocol(client_id="replmon-test")
     correlation_id = parser.send_request(rq.describe_topic_partitions_request(None))

@@ -136,13 +136,21 @@ _BROKER_IDS = [struct.Struct(f">{n}i") for n in range(16)]
 
 
 def _broker_ids(data: bytes, pos: int) -> tuple[list[int], int]:
-    """A compact, nullable array of int32 (null is read as an empty list)."""
+    """A compact array of int32 (a null one, which only nullable fields have, is read as an empty list)."""
+    ids, pos = _nullable_broker_ids(data, pos)
+    return ([] if ids is None else ids), pos
+
+
+def _nullable_broker_ids(data: bytes, pos: int) -> tuple[list[int] | None, int]:
+    """A compact, nullable array of int32: None for null (the ELR of a cluster that does not report one)."""
     size = data[pos]
     if size < 0x80:
         pos += 1
     else:
         size, pos = read_uvarint(data, pos)
-    if size <= 1:
+    if size == 0:
+        return None, pos
+    if size == 1:
         return [], pos
     count = size - 1
     layout = _BROKER_IDS[count] if count < len(_BROKER_IDS) else struct.Struct(f">{count}i")
@@ -172,8 +180,8 @@ def decode_describe_topic_partitions(data: bytes) -> DescribePage:
             error_code, index, leader, leader_epoch = head(data, pos)
             replicas, pos = _broker_ids(data, pos + 14)
             isr, pos = _broker_ids(data, pos)
-            elr, pos = _broker_ids(data, pos)
-            last_known_elr, pos = _broker_ids(data, pos)
+            elr, pos = _nullable_broker_ids(data, pos)
+            last_known_elr, pos = _nullable_broker_ids(data, pos)
             offline, pos = _broker_ids(data, pos)
             pos = pos + 1 if data[pos] == 0 else skip_tagged_fields(data, pos)
             append(PartitionMeta(name or "", topic_id, index, leader, leader_epoch, replicas, isr, elr,
