@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.docsection import write_section  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
-from replmon.testbed.harness import EventFollower, Pipeline, transport_cluster  # noqa: E402
+from replmon.testbed.harness import EventFollower, Pipeline, scratch_clusters  # noqa: E402
 from replmon.testbed.kafka_view import KafkaView, PartitionView  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster, NodeState  # noqa: E402
 from replmon.testbed.workload import SequencedProducer  # noqa: E402
@@ -74,8 +74,8 @@ class KafkaWatch:
                 with contextlib.suppress(Exception):
                     # asked of the leader while it runs (the faults stop, pause or kill other brokers first), else
                     # of a running broker: one going down under the request would hold the answer
-                    last = self.history[topic][-1][1].leader if self.history[topic] else -1
-                    seen = self.view.partition(topic, via=last if last in running else running[0])
+                    leader = self.history[topic][-1][1].leader if self.history[topic] else -1
+                    seen = self.view.partition(topic, via=leader if leader in running else running[0])
                     now = time.time()
                     last = self.history[topic][-1][1] if self.history[topic] else None
                     if last is None or (seen.leader, seen.leader_epoch, seen.isr) != (
@@ -197,18 +197,10 @@ class Round:
         self.wait("full ISRs", lambda: self.full_isr(topic) and self.full_isr(loss), timeout_s=180)
 
 
-@contextlib.contextmanager
-def clusters(work: Path) -> Iterator[tuple[LocalCluster, LocalCluster]]:
-    watched = LocalCluster.up(work / "watched", brokers=3, die_with_parent=True, remember=False)
-    try:
-        with transport_cluster(work / "transport") as transport:
-            yield watched, transport
-    finally:
-        watched.down(purge=True)
 
 
 def run(args: argparse.Namespace, work: Path) -> list[Delay]:
-    with clusters(work) as (watched, transport):
+    with scratch_clusters(work) as (watched, transport):
         view = KafkaView(watched.bootstrap_servers)
         topics = {"delay-isr": "2", "delay-loss": "1"}
         for topic, min_isr in topics.items():

@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -51,7 +51,7 @@ from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 from replmon.contracts.events import EventType  # noqa: E402
 from replmon.contracts.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.core.processes import wait_until  # noqa: E402
-from replmon.testbed.harness import Pipeline, transport_cluster  # noqa: E402
+from replmon.testbed.harness import Pipeline, scratch_clusters  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster  # noqa: E402
 from replmon.testbed.workload import SequencedProducer  # noqa: E402
 from streaming.detect import DetectConfig, metrics_of, step  # noqa: E402
@@ -438,14 +438,6 @@ def pipeline(work: Path, watched: LocalCluster, transport: LocalCluster, topics:
                     stale_after_s=86_400, hw_stalled_after_s=30, collector_metrics_port=0, cwd=ROOT)
 
 
-@contextlib.contextmanager
-def clusters(work: Path) -> Iterator[tuple[LocalCluster, LocalCluster]]:
-    watched = LocalCluster.up(work / "watched", brokers=3, die_with_parent=True, remember=False)
-    try:
-        with transport_cluster(work / "transport") as transport:
-            yield watched, transport
-    finally:
-        watched.down(purge=True)
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -455,7 +447,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     rng = random.Random(args.seed)
     started = time.monotonic()
     log(f"starting a 3-broker watched cluster and a one-broker transport cluster in {work}")
-    with clusters(work) as (watched, transport):
+    with scratch_clusters(work) as (watched, transport):
         view = KafkaView(watched.bootstrap_servers)
         topics = {f"rel-{b}": b for b in watched.broker_ids}
         for t, leader in topics.items():

@@ -345,3 +345,14 @@ def transport_cluster(directory: Path) -> Iterator[LocalCluster]:
     finally:
         transport.down(purge=True)
 
+
+@contextlib.contextmanager
+def scratch_clusters(work: Path, brokers: int = 3) -> Iterator[tuple[LocalCluster, LocalCluster]]:
+    """A watched cluster of ``brokers`` and a transport cluster (:func:`start_transport`) under ``work``, neither
+    remembered as the user's cluster, both dying with this process and deleted on exit: a bench's own clusters."""
+    watched = LocalCluster.up(work / "watched", brokers=brokers, die_with_parent=True, remember=False)
+    try:
+        with transport_cluster(work / "transport") as transport:
+            yield watched, transport
+    finally:
+        watched.down(purge=True)
