@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from types import ModuleType
 
 from collectors.metrics import CollectorMetrics
 from replmon.contracts.metrics import CATALOG
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "metrics.md"
@@ -18,11 +18,7 @@ SCRIPT = ROOT / "scripts" / "metrics_doc.py"
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("metrics_doc", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("metrics_doc")
 
 
 def _documented() -> set[str]:

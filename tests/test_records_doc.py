@@ -3,7 +3,6 @@ step: every field of every record and every event type documented, with its mean
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -12,17 +11,14 @@ from types import ModuleType
 
 from replmon.contracts.events import EVENT_TYPES, Event, EventType
 from replmon.contracts.samples import SAMPLE_MODELS, EpochEntry, ReplicaError, ReplicaOffsets
+from tests.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "records_doc.py"
 
 
 def _generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("records_doc", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("records_doc")
 
 
 def test_committed_docs_equal_a_fresh_generation() -> None:
