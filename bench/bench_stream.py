@@ -516,8 +516,11 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from streaming.job import JsonProgressListener, RunningJob, kafka_source, parse_samples, processor_input, start_job
+    from streaming.job import RunningJob, start_job
+    from streaming.parse import parse_samples, processor_input
+    from streaming.pyspark_hooks import JsonProgressListener
     from streaming.session import get_session
+    from streaming.source import kafka_source
 
     results: dict[str, Any] = {"partitions": args.partitions, "trigger": args.trigger, "load_start": loadavg()}
     check_template(sample_template())

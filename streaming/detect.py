@@ -70,8 +70,10 @@ class Health(IntEnum):
 
 
 class PartitionMetrics(NamedTuple):
-    """Derived from a partition's newest sample. Lags are in messages and clamped at 0: HW and LEOs come
-    from different requests, so a little skew between them is normal."""
+    """Derived from a partition's newest sample: the job's per-partition output row, defined here once (its Spark
+    schema, :data:`streaming.processor.OUTPUT_SCHEMA`, and the row, :func:`streaming.processor.partition_row`,
+    derive from these fields, in this order). Lags are in messages and clamped at 0: HW and LEOs come from
+    different requests, so a little skew between them is normal."""
 
     cluster: str
     topic: str
@@ -92,10 +94,14 @@ class PartitionMetrics(NamedTuple):
     log_start_offset: int | None
     hw_lag: int | None
     """max(0, leader LEO - HW); None when either is unknown."""
-    follower_lag: dict[int, int | None]
-    """Follower broker -> max(0, leader LEO - its LEO); None when either LEO is unknown."""
     max_follower_lag: int | None
     health: Health
+    follower_lag: dict[int, int | None]
+    """Follower broker -> max(0, leader LEO - its LEO); None when either LEO is unknown."""
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    hw_stalled: bool
+    stale: bool
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -278,10 +284,13 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
     else:
         health = Health.HEALTHY
     return PartitionMetrics(
-        m.cluster, m.topic, m.partition, st.sample_time_ms, leader, m.leader_epoch, replica_count,
-        isr_size, min_isr, offline, under_replicated, under_min_isr, at_min_isr, hw, leader_leo,
-        st.log_start_offset, hw_lag, follower_lag, max_lag, health,
-    )  # fmt: skip
+        cluster=m.cluster, topic=m.topic, partition=m.partition, sample_time_ms=st.sample_time_ms, leader=leader,
+        leader_epoch=m.leader_epoch, replica_count=replica_count, isr_size=isr_size, min_insync_replicas=min_isr,
+        offline=offline, under_replicated=under_replicated, under_min_isr=under_min_isr, at_min_isr=at_min_isr,
+        high_watermark=hw, log_end_offset=leader_leo, log_start_offset=st.log_start_offset, hw_lag=hw_lag,
+        max_follower_lag=max_lag, health=health, follower_lag=follower_lag, isr=m.isr, replicas=m.replicas,
+        hw_stalled=st.hw_stalled, stale=st.stale,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ A processing-time timer per bucket fires every ``stale_after`` / 2 to find parti
 from __future__ import annotations
 
 import pickle
+import types
+import typing
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any, TypeVar
 
@@ -31,6 +33,7 @@ from pyspark.sql.types import (
     ArrayType,
     BinaryType,
     BooleanType,
+    DataType,
     LongType,
     MapType,
     StringType,
@@ -39,6 +42,7 @@ from pyspark.sql.types import (
 )
 
 from replmon.contracts.events import Event
+from replmon.core.errors import ReplmonError
 from replmon.core.gcpause import paused as gc_paused
 from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
 from streaming.state import PartitionKey, PartitionState, dump_state, load_state
@@ -117,7 +121,7 @@ the ``payload`` of a KIND_QUARANTINE output row."""
 
 STATE_SCHEMA = StructType([StructField("partitions", BinaryType(), True)])
 
-OUTPUT_SCHEMA = StructType([
+ROW_HEAD = StructType([
     StructField("kind", StringType(), False),
     StructField("cluster", StringType(), True),  # null in a KIND_QUARANTINE row
     StructField("topic", StringType(), True),
@@ -126,27 +130,35 @@ OUTPUT_SCHEMA = StructType([
     StructField("event_id", StringType(), True),
     StructField("event_type", StringType(), True),
     StructField("payload", StringType(), True),
-    StructField("leader", LongType(), True),
-    StructField("leader_epoch", LongType(), True),
-    StructField("replica_count", LongType(), True),
-    StructField("isr_size", LongType(), True),
-    StructField("min_insync_replicas", LongType(), True),
-    StructField("offline", BooleanType(), True),
-    StructField("under_replicated", BooleanType(), True),
-    StructField("under_min_isr", BooleanType(), True),
-    StructField("at_min_isr", BooleanType(), True),
-    StructField("high_watermark", LongType(), True),
-    StructField("log_end_offset", LongType(), True),
-    StructField("log_start_offset", LongType(), True),
-    StructField("hw_lag", LongType(), True),
-    StructField("max_follower_lag", LongType(), True),
-    StructField("health", LongType(), True),
-    StructField("follower_lag", MapType(LongType(), LongType()), True),
-    StructField("isr", ArrayType(LongType()), True),
-    StructField("replicas", ArrayType(LongType()), True),
-    StructField("hw_stalled", BooleanType(), True),
-    StructField("stale", BooleanType(), True),
 ])
+"""The columns every output row has a place for: what it is, whose, when, and an event's or a quarantined
+record's payload."""
+
+
+def _spark_type(annotation: Any) -> DataType:
+    """The Spark type of a :class:`~streaming.detect.PartitionMetrics` field: integers (and the Health rank) as
+    longs, flags as booleans, broker lists as arrays, the follower lags as a map."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (types.UnionType, typing.Union):
+        (inner,) = [a for a in args if a is not type(None)]
+        return _spark_type(inner)
+    if origin is tuple:
+        return ArrayType(_spark_type(args[0]))
+    if origin is dict:
+        return MapType(_spark_type(args[0]), _spark_type(args[1]))
+    if annotation is bool:
+        return BooleanType()
+    if annotation is str:
+        return StringType()
+    if isinstance(annotation, type) and issubclass(annotation, int):
+        return LongType()
+    raise TypeError(f"no Spark type for {annotation!r}")
+
+
+OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
+    StructField(name, _spark_type(annotation), True)
+    for name, annotation in typing.get_type_hints(PartitionMetrics).items() if name not in ROW_HEAD.fieldNames()])
+"""The processor's output rows: :data:`ROW_HEAD`, then the fields of :class:`~streaming.detect.PartitionMetrics`."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 
 
@@ -156,22 +168,16 @@ def event_row(event: Event) -> dict[str, Any]:
             "payload": event.model_dump_json()}
 
 
-def partition_row(m: PartitionMetrics, st: PartitionState) -> dict[str, Any]:
-    return {
-        "kind": KIND_PARTITION, "cluster": m.cluster, "topic": m.topic, "partition": m.partition,
-        "sample_time_ms": m.sample_time_ms, "leader": m.leader, "leader_epoch": m.leader_epoch,
-        "replica_count": m.replica_count, "isr_size": m.isr_size, "min_insync_replicas": m.min_insync_replicas,
-        "offline": m.offline, "under_replicated": m.under_replicated, "under_min_isr": m.under_min_isr,
-        "at_min_isr": m.at_min_isr, "high_watermark": m.high_watermark, "log_end_offset": m.log_end_offset,
-        "log_start_offset": m.log_start_offset, "hw_lag": m.hw_lag, "max_follower_lag": m.max_follower_lag,
-        "health": int(m.health), "follower_lag": {b: lag for b, lag in m.follower_lag.items() if lag is not None},
-        "isr": list(st.meta.isr), "replicas": list(st.meta.replicas), "hw_stalled": st.hw_stalled,
-        "stale": st.stale,
-    }
+def partition_row(m: PartitionMetrics) -> dict[str, Any]:
+    """A KIND_PARTITION output row: the metrics' fields, as Arrow takes them."""
+    row: dict[str, Any] = m._asdict()
+    row.update(kind=KIND_PARTITION, health=int(m.health), isr=list(m.isr), replicas=list(m.replicas),
+               follower_lag={b: lag for b, lag in m.follower_lag.items() if lag is not None})
+    return row
 
 
 PROCESSOR_INPUT = ("bucket", "kind", "sample", "sample_time_ms", "cycle")
-"""The processor's input columns (of :func:`streaming.job.parse_samples`): the samples travel as the JSON the
+"""The processor's input columns (of :func:`streaming.parse.parse_samples`): the samples travel as the JSON the
 collectors write, which pydantic-core's JSON parser (``from_json``: 3.3 µs for a replication-factor-3 sample,
 ``json.loads`` 7.0 µs) turns into the dicts :mod:`streaming.detect` takes, integers as integers.
 (A nested struct column arrives through pandas with every nullable integer a float and every list a numpy array:
@@ -200,7 +206,7 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
             state, events = step_replica(table.get(key), s, cfg, now_ms)
         table[key] = state
         rows.extend(event_row(e) for e in events)
-    rows.extend(partition_row(metrics, table[key]) for key, metrics in newest.items())
+    rows.extend(partition_row(metrics) for metrics in newest.values())
     return table, rows
 
 
@@ -213,7 +219,7 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
         if events:
             expired[key] = new
             rows.extend(event_row(e) for e in events)
-            rows.append(partition_row(metrics_of(new), new))
+            rows.append(partition_row(metrics_of(new)))
     return expired, rows
 
 
@@ -254,32 +260,58 @@ class BucketTable:
         self.state.put([(pack(table),)])
 
 
-LZ4 = b"LZ4\x00"
-"""The first bytes of a compressed bucket value (:func:`pack`); a pickle starts with b"\\x80"."""
+STATE_MAGIC = b"RPL"
+"""The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
+STATE_VERSION = 1
+"""The format :func:`pack` writes: the map of a bucket's pickled states, pickled, LZ4-compressed (its size in 8
+bytes, then Arrow's LZ4 frame)."""
+LEGACY_LZ4 = b"LZ4\x00"
+"""The first bytes of a bucket value written before the format had a version: the same layout as version 1."""
 _SIZE = 8
 
 
+class StateVersionError(ReplmonError):
+    """A bucket value in a format this replmon does not read (written by a newer one)."""
+
+
 def pack(table: PackedTable | dict[PartitionKey, PartitionState]) -> bytes:
-    """A bucket's table as the state store keeps it: the map of pickled states, pickled, compressed with LZ4 (Arrow's
-    codec). A bucket's value goes to the JVM and back in every micro-batch that reaches the bucket, whole, and a
-    busy JVM moves ~200 MB/s of it (docs/benchmarks.md, "Streaming job"). The packed states of a bucket compress
-    (their keys repeat the cluster and topic names, their values the same small tuples): 2.1 times for 3,125
-    partitions of 300 topics with random names, ids and offsets, in 0.7 ms (0.1 ms back)."""
+    """A bucket's table as the state store keeps it (format :data:`STATE_VERSION`): the map of pickled states,
+    pickled, compressed with LZ4 (Arrow's codec). A bucket's value goes to the JVM and back in every micro-batch
+    that reaches the bucket, whole, and a busy JVM moves ~200 MB/s of it (docs/benchmarks.md, "Streaming job").
+    The packed states of a bucket compress (their keys repeat the cluster and topic names, their values the same
+    small tuples): 2.1 times for 3,125 partitions of 300 topics with random names, ids and offsets, in 0.7 ms
+    (0.1 ms back)."""
     packed = table.packed() if isinstance(table, PackedTable) else PackedTable(live=dict(table)).packed()
     raw = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
-    return LZ4 + len(raw).to_bytes(_SIZE, "big") + pa.compress(raw, codec="lz4", asbytes=True)
+    return (STATE_MAGIC + bytes([STATE_VERSION]) + len(raw).to_bytes(_SIZE, "big")
+            + pa.compress(raw, codec="lz4", asbytes=True))
 
 
 def unpack(value: bytes | None) -> PackedTable:
-    """The table :func:`pack` wrote; also one written uncompressed (before session 15), or of whole states
-    (before session 7)."""
-    if value is not None and value.startswith(LZ4):
-        size = int.from_bytes(value[len(LZ4):len(LZ4) + _SIZE], "big")
-        value = pa.decompress(value[len(LZ4) + _SIZE:], decompressed_size=size, codec="lz4", asbytes=True)
-    table = pickle.loads(value) if value is not None else {}
+    """The table :func:`pack` wrote, of any format version this replmon knows; also the formats from before the
+    version: LZ4-compressed packed states (:data:`LEGACY_LZ4`), an uncompressed pickle of packed states, or of
+    whole states. A version from a newer replmon is refused (:class:`StateVersionError`): read as another format,
+    it would lose every partition's state."""
+    if value is None:
+        return PackedTable({})
+    if value.startswith(STATE_MAGIC):
+        version = value[len(STATE_MAGIC)]
+        if version != STATE_VERSION:
+            raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
+                                    f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
+                                    "checkpoint, or a newer one")
+        value = _decompress(value[len(STATE_MAGIC) + 1:])
+    elif value.startswith(LEGACY_LZ4):
+        value = _decompress(value[len(LEGACY_LZ4):])
+    table = pickle.loads(value)
     if isinstance(next(iter(table.values()), b""), bytes):  # one format per table: its first value tells
         return PackedTable(table)
-    return PackedTable(live=table)  # the format before session 7: states, not their pickles
+    return PackedTable(live=table)  # whole states, not their pickles
+
+
+def _decompress(sized: bytes) -> bytes:
+    size = int.from_bytes(sized[:_SIZE], "big")
+    return pa.decompress(sized[_SIZE:], decompressed_size=size, codec="lz4", asbytes=True)
 
 
 class ReplicationProcessor(StatefulProcessor):

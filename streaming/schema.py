@@ -8,6 +8,7 @@ validated here without a second definition.
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -164,13 +165,17 @@ def _scalar_checks(value: Column, bounds: Bounds, base: Any, where: str) -> list
     return checks
 
 
-def violations(model: type[BaseModel], parsed: Column, raw: Column) -> list[tuple[Column, str]]:
-    """Every check a JSON record must pass to be a valid ``model``: (bad-condition, reason) pairs."""
+def violations(model: type[BaseModel], parsed: Column,
+               raw_field: Callable[[str], Column] | None) -> list[tuple[Column, str]]:
+    """Every check a JSON record must pass to be a valid ``model``: (bad-condition, reason) pairs. ``parsed`` is the
+    record parsed with the model's schema; ``raw_field(name)`` gives a field's raw JSON text (null when absent),
+    which tells a missing field from a null one and a value of the wrong type from a missing one; without it, a
+    null field is a missing one."""
     out: list[tuple[Column, str]] = []
     for name, f in model.model_fields.items():
         key = json_name(name, f)
-        raw_field = F.get_json_object(raw, f"$.{key}")
-        out += _field_violations(parsed[key], raw_field, _annotated(f), f.is_required(), key)
+        raw = raw_field(key) if raw_field is not None else None
+        out += _field_violations(parsed[key], raw, _annotated(f), f.is_required(), key)
     return out
 
 

@@ -12,8 +12,9 @@ from pyspark.sql import SparkSession
 from replmon.core.config import StreamConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
+from streaming import pyspark_hooks
 
-SPARK_VERSION = "4.0.0"
+SPARK_VERSION = pyspark_hooks.PINNED_PYSPARK
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas"
 """Spark's default (secret|password|token|access.key) plus ``jaas``: ``kafka.sasl.jaas.config``."""
@@ -37,8 +38,9 @@ STATE_CONF = {
 
 PYTHON_CONF = {
     "spark.python.worker.reuse": "true",
-    # pyspark.daemon without imports from zip archives: streaming/worker_daemon.py (0.3-0.5 s of CPU per task)
-    "spark.python.daemon.module": "streaming.worker_daemon",
+    # pyspark.daemon without imports from zip archives, when the PySpark version is the one its hook is written
+    # for: streaming/worker_daemon.py (0.3-0.5 s of CPU per task)
+    **pyspark_hooks.daemon_conf(),
     # PySpark's DataFrame debugging records the Python call site of every Column function in the JVM: 5 Py4J
     # round trips per call, ~2,900 calls when parse_samples builds its checks (several seconds at each start)
     "spark.python.sql.dataFrameDebugging.enabled": "false",

@@ -136,7 +136,7 @@ class EventsPublisher:
 
     def quarantine(self, records: pd.DataFrame) -> None:
         """Bad samples with their reason, for someone to look at (``records``: the columns of
-        :data:`streaming.job.QUARANTINE_FIELDS`); waits for the acknowledgements (a failure fails the batch,
+        :data:`streaming.parse.QUARANTINE_FIELDS`); waits for the acknowledgements (a failure fails the batch,
         which Spark then retries)."""
         futures = [self.producer.send(self.quarantine_topic, key=row.key,
                                       value=quarantine_record(row.reason, int(row.partition), int(row.offset), row.raw))

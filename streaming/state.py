@@ -145,7 +145,7 @@ def dump_state(state: PartitionState) -> bytes:
 
 
 def load_state(key: PartitionKey, data: bytes) -> PartitionState:
-    """The state :func:`dump_state` wrote for ``key``; also a pickled PartitionState (written until session 8)."""
+    """The state :func:`dump_state` wrote for ``key``; also a pickled PartitionState (the format before it)."""
     value = pickle.loads(data)
     if isinstance(value, PartitionState):
         return value

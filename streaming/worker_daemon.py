@@ -37,7 +37,7 @@ def frozen_before_each(task: Task) -> Task:
 
     PySpark's daemon runs a full ``gc.collect()`` in a reused worker after each task. A full collection walks
     every object the collector tracks, and a worker holds pyspark, pandas, pyarrow, pydantic and the job's
-    modules: ~85,000 objects, 55-70 ms per collection on this machine, after every task of every micro-batch.
+    modules: ~85,000 objects, 55-70 ms per collection (docs/benchmarks.md), after every task of every micro-batch.
     py-spy of the Python workers of a small stateful query found 59% of their busy time in that collection;
     frozen, their CPU per micro-batch halved (docs/benchmarks.md, "Streaming job"). Frozen objects are not
     walked; reference counting still frees them (only a reference cycle among them, once dropped, would stay).

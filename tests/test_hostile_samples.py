@@ -73,7 +73,7 @@ def base(model: type[BaseModel], i: int = 0) -> dict[str, Any]:
 
 def encode(data: Any) -> bytes:
     # compact, as the collectors write: a record with only its values wrong is then judged without the map parse
-    # (streaming.job._canonical); NaN and Infinity are written as such: not JSON, but seen on the wire
+    # (streaming.parse._canonical); NaN and Infinity are written as such: not JSON, but seen on the wire
     return json.dumps(data, separators=(",", ":")).encode()
 
 

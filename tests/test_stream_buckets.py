@@ -14,7 +14,7 @@ from pyspark.sql import functions as F
 
 from replmon.core.errors import ReplmonError
 from streaming.buckets import LAYOUT_FILE, BucketLayout, balanced_ids, resolve_layout
-from streaming.job import parse_samples
+from streaming.parse import parse_samples
 from tests.test_stream_parsing import KAFKA_RECORD
 
 

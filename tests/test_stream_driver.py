@@ -19,8 +19,9 @@ from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
     KIND_QUARANTINE,
-    LZ4,
     QUARANTINED,
+    STATE_MAGIC,
+    STATE_VERSION,
     PackedTable,
     expire_bucket,
     pack,
@@ -107,11 +108,11 @@ def test_a_bucket_table_stored_before_packing_is_read() -> None:
     old = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)  # what BucketTable.save wrote until session 7
     assert dict(unpack(old).items()) == plain == dict(unpack(pack(unpack(old))).items())
     assert dict(unpack(None).items()) == {}
-    # session 7: each partition's state pickled whole (now dump_state, without class names nor its identity)
+    # the oldest format: each partition's state pickled whole (not dump_state's, without class names nor identity)
     whole = pickle.dumps({k: pickle.dumps(v, protocol=pickle.HIGHEST_PROTOCOL) for k, v in plain.items()})
     assert dict(unpack(whole).items()) == plain == dict(unpack(pack(unpack(whole))).items())
     assert len(pack(plain)) < len(whole)
-    # until session 15: the map of packed states, pickled but not compressed
+    # the format before compression: the map of packed states, pickled
     raw = pickle.dumps(PackedTable(live=dict(plain)).packed(), protocol=pickle.HIGHEST_PROTOCOL)
     assert raw.startswith(b"\x80") and dict(unpack(raw).items()) == plain == dict(unpack(pack(unpack(raw))).items())
 
@@ -121,7 +122,7 @@ def test_a_bucket_table_is_stored_compressed() -> None:
                               now_ms=2_000_000)
     stored = pack(table)
     raw = pickle.dumps(PackedTable(live=dict(table)).packed(), protocol=pickle.HIGHEST_PROTOCOL)
-    assert stored.startswith(LZ4) and len(stored) < len(raw) / 3
+    assert stored.startswith(STATE_MAGIC + bytes([STATE_VERSION])) and len(stored) < len(raw) / 3
     assert dict(unpack(stored).items()) == table
 
 

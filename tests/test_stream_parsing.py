@@ -21,7 +21,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming import schema
-from streaming.job import parse_samples, processor_input, quarantined_records
+from streaming.parse import parse_samples, processor_input, quarantined_records
 
 KAFKA_RECORD = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -133,7 +133,7 @@ def test_the_collectors_own_records_are_judged_without_the_map_parse(spark: Spar
     from pyspark.sql import functions as F
 
     from replmon.contracts.samples import SAMPLE_MODELS
-    from streaming.job import CANONICAL_JSON, SAMPLE_STRUCT, _as_model, _canonical
+    from streaming.parse import CANONICAL_JSON, SAMPLE_STRUCT, _as_model, _canonical
 
     replica = ReplicaSample(cluster="c1", agent_id="a", cycle=1, sample_time_ms=1, broker_id=2, log_dir="/d",
                             topic="orders", partition=3, log_end_offset=100,

@@ -21,9 +21,10 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from replmon.testbed.kafka_view import wait_until
+from streaming.batch import BatchGate, JobStats, ProgressListener
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
-from streaming.job import BatchGate, JobStats, ProgressListener, RunningJob
+from streaming.job import RunningJob
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,

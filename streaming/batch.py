@@ -1,0 +1,184 @@
+"""The driver's side of each micro-batch: the foreachBatch handler of the state query (events, quarantine, metrics and
+history from the processor's output), the job's health from Spark's progress, and the gate that lets the job stop
+between two micro-batches."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
+from pyspark.sql.streaming import StreamingQuery
+
+from replmon.core.config import ReplmonConfig
+from streaming.exporter import JobExporter
+from streaming.parse import quarantined_records
+from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE
+from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
+from streaming.sinks import EventsPublisher, HistoryWriter
+
+
+@dataclass
+class JobStats:
+    """What the driver saw, for tests and benchmarks."""
+
+    batches: int = 0
+    samples: int = 0
+    events: int = 0
+    delays_s: list[float] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class StateBatchHandler:
+    """foreachBatch of the state query: one collect, then events, metrics and history from the driver."""
+
+    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate) -> None:
+        self.exporter = exporter
+        self.stats = stats
+        self.gate = gate
+        self.events = EventsPublisher(config)
+        self.history = HistoryWriter(config.stream.history_dir)
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        with self.gate.batch(batch_id):
+            self.handle(batch, batch_id)
+
+    def handle(self, batch: DataFrame, batch_id: int) -> None:
+        out: pd.DataFrame = batch.toPandas()
+        quarantined = out["kind"] == KIND_QUARANTINE
+        if quarantined.any():
+            self.quarantine(out.loc[quarantined, "payload"].tolist())
+        events = out[out["kind"] == KIND_EVENT]
+        # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
+        partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
+        written = self.events.publish(zip(events["event_id"], events["payload"], strict=True), batch_id)
+        decoded = [json.loads(p) for p in written]
+        self.exporter.count_events(decoded)
+        if not partitions.empty:
+            self.exporter.update_partitions(partitions.drop(columns=["kind", "event_id", "event_type", "payload"]))
+        all_events = [json.loads(p) for p in events["payload"]]
+        self.history.write_events(all_events, batch_id)
+        self.history.write_partitions(partitions, batch_id)
+        now = time.time()
+        self.exporter.count("replmon_job_batches_total", ())
+        self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
+        with self.stats.lock:
+            self.stats.batches += 1
+            self.stats.events += len(decoded)
+            if not partitions.empty:
+                newest = float(partitions["sample_time_ms"].max()) / 1000
+                self.stats.delays_s.append(now - newest)
+                self.exporter.set_job("replmon_job_sample_to_metric_delay_seconds", now - newest)
+
+    def quarantine(self, payloads: list[str]) -> None:
+        """The batch's bad records to the quarantine topic, counted by the kind of their reason."""
+        bad = quarantined_records(payloads)
+        self.events.quarantine(bad)
+        for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
+            self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
+
+
+class ProgressListener(JsonProgressListener):
+    """The job's own health, from Spark's progress of the state query."""
+
+    def __init__(self, exporter: JobExporter) -> None:
+        self.exporter = exporter
+
+    def onQueryProgress(self, event: Any) -> None:
+        progress = event.progress
+        if progress.name != "replmon-state":
+            return
+        self.exporter.set_job("replmon_job_batch_duration_seconds", progress.batchDuration / 1000.0)
+        self.exporter.set_job("replmon_job_input_rows_per_second", float(progress.inputRowsPerSecond or 0))
+        self.exporter.set_job("replmon_job_processed_rows_per_second", float(progress.processedRowsPerSecond or 0))
+        rows = sum(op.numRowsTotal for op in progress.stateOperators)
+        self.exporter.set_job("replmon_job_state_rows", float(rows))
+
+
+STOP_BATCH_WAIT_S = 10.0
+"""How long stopping the job waits for the micro-batch in flight (``replmon run`` gives the job 15 s before a
+SIGKILL)."""
+STOP_POLL_S = 0.02
+
+
+class BatchStopped(Exception):
+    """A micro-batch's foreachBatch failed because the job was being stopped (its Spark job cancelled or its call
+    interrupted): the failure again, in a text Spark's check of it can read (:class:`BatchGate`).
+
+    The text is the error's first line and the Java exceptions behind it, one line each, without PySpark's
+    Python traceback and Java stack traces: their length sends the check's regex into a StackOverflowError.
+    From these lines Spark tells an interruption by the stop (the cancelled job group, or an
+    InterruptedException behind a Py4JJavaError) from a failure, and ends the query as stopped."""
+
+    def __init__(self, batch_id: int, error: BaseException) -> None:
+        super().__init__(f"micro-batch {batch_id} stopped: " + " <- ".join(error_lines(error)))
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """A PySpark error as ``module.Type: first line``, then the Java exceptions behind it (a Py4JJavaError's
+    ``java_exception``, a captured exception's origin), outermost first, each its ``toString()`` on one line."""
+    kind = type(error)
+    lines = [f"{kind.__module__}.{kind.__qualname__}: {(str(error).splitlines() or [''])[0]}"]
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    while throwable is not None and len(lines) <= 10:
+        lines.append(" ".join(str(throwable.toString()).split()))
+        throwable = throwable.getCause()
+    return lines
+
+
+class BatchGate:
+    """Which foreachBatch call is in flight, so that the job stops between two micro-batches.
+
+    Stopping a query interrupts the micro-batch it runs. The batch is replayed on restart (deterministic event ids:
+    nothing lost or counted twice), but an interrupted foreachBatch fails with a Py4J error whose text Spark
+    matches against a regex to tell an interruption from a failure (SPARK-39218), and on PySpark's long error
+    text that regex overflows the stack: a StackOverflowError in the log at every stop. Between batches, a stop
+    interrupts only Spark's own planning or waiting.
+
+    When a stop has to interrupt a batch after all (it ran past the wait, or the next one started just before the
+    stop), the batch's error is raised again as :class:`BatchStopped`, a few lines long: Spark recognises the
+    interruption in it and ends the query as stopped, without the regex's overflow; the batch, not committed, is
+    replayed on restart."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: int | None = None
+        self._last = -1
+        self._stopping = False
+
+    @contextlib.contextmanager
+    def batch(self, batch_id: int) -> Iterator[None]:
+        """Wraps one foreachBatch call."""
+        with self._lock:
+            self._running = batch_id
+        try:
+            yield
+        except Exception as exc:
+            if self._stopping:  # the stop cancelled the batch's Spark job: it is replayed on restart
+                raise BatchStopped(batch_id, exc) from None
+            raise
+        finally:
+            with self._lock:
+                self._running, self._last = None, max(self._last, batch_id)
+
+    def stopping(self) -> None:
+        """The queries are being stopped: a batch that fails from now on was interrupted by the stop."""
+        self._stopping = True
+
+    def between_batches(self, query: StreamingQuery) -> bool:
+        """No foreachBatch call in flight, and the last one's micro-batch finished (its progress reported, after
+        its commit)."""
+        with self._lock:
+            running, last = self._running, self._last
+        if running is not None:
+            return False
+        if last < 0:
+            return True
+        newest = last_batch_id(query)
+        return newest is not None and newest >= last

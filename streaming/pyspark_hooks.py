@@ -1,0 +1,114 @@
+"""Every use of PySpark's private API, in one place, behind a check of the PySpark version it was written against.
+
+The job runs on the public API alone; three private hooks make it cheaper, each measured (docs/benchmarks.md,
+"Streaming job"):
+
+* :class:`JsonProgressListener`: a progress listener whose events cross Py4J once, as their JSON (it replaces
+  ``StreamingQueryListener._jlistener``, what ``addListener`` registers with the JVM);
+* :func:`last_batch_id`: a query's last micro-batch id from the JVM's progress object (``StreamingQuery._jsq``),
+  not PySpark's ``lastProgress``, which rebuilds the whole progress over Py4J;
+* :data:`DAEMON_CONF`: the Python workers' daemon, ``streaming.worker_daemon``, which wraps ``pyspark.daemon``'s
+  ``worker`` and turns off imports from zip archives.
+
+They hold for the PySpark version ``pyproject.toml`` pins (:data:`PINNED_PYSPARK`). On any other version each
+falls back to the public way, with one warning: the job keeps working, at the public API's cost, rather than
+meet a private name that moved.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+from typing import Any
+
+import pyspark
+from pyspark import SparkContext
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
+from pyspark.sql.streaming.listener import QueryProgressEvent
+
+log = logging.getLogger(__name__)
+
+PINNED_PYSPARK = "4.0.0"
+"""The PySpark version the hooks are written against: the one pyproject.toml pins (a test keeps them equal)."""
+PYSPARK_VERSION: str = pyspark.__version__
+"""The PySpark version running."""
+
+
+@functools.cache
+def enabled() -> bool:
+    """Whether the private hooks are on: the running PySpark is the pinned one (else one warning)."""
+    if PYSPARK_VERSION == PINNED_PYSPARK:
+        return True
+    log.warning("PySpark %s is not the version replmon's private PySpark hooks were written for (%s): using "
+                "PySpark's public API instead (slower progress listener and stop, Spark's own Python daemon)",
+                PYSPARK_VERSION, PINNED_PYSPARK)
+    return False
+
+
+def daemon_conf() -> dict[str, str]:
+    """The Python workers' daemon setting: the job's own daemon module when the hooks are on, else none."""
+    return {"spark.python.daemon.module": "streaming.worker_daemon"} if enabled() else {}
+
+
+def last_batch_id(query: StreamingQuery) -> int | None:
+    """The id of ``query``'s last micro-batch with a progress report, None before the first."""
+    if enabled():
+        progress = query._jsq.lastProgress()
+        return None if progress is None else int(progress.batchId())
+    public = query.lastProgress
+    return None if public is None else int(public.batchId)
+
+
+class JsonProgressListener(StreamingQueryListener):
+    """A listener of query progress (the other events are not read), each event crossing Py4J once, as the JSON
+    Spark writes of it (:class:`JsonProgressEvents`). Subclasses define ``onQueryProgress``.
+
+    PySpark's own listener reads an event field by field over Py4J, each Java collection to its end. The end of a
+    Java iterator is an exception, and PySpark tests each one against 14 exception classes, in 3 Py4J lookups
+    apiece; two of them are package names, so the JVM searches every jar on its class path for a class of that
+    name. That was ~500 Py4J commands per progress event (scratch count on a stateful query; see
+    docs/benchmarks.md), on every micro-batch of every query in the session."""
+
+    @property
+    def _jlistener(self) -> Any:  # what StreamingQueryManager.addListener registers with the JVM
+        if not enabled():
+            return super()._jlistener  # PySpark's own, field by field
+        if not hasattr(self, "_json_jlistener"):
+            jvm = SparkContext._jvm
+            assert jvm is not None, "a listener is added to the streams of a running session"
+            self._json_jlistener = jvm.PythonStreamingQueryListenerWrapper(JsonProgressEvents(self))
+        return self._json_jlistener
+
+    def onQueryStarted(self, event: Any) -> None:
+        pass
+
+    def onQueryIdle(self, event: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, event: Any) -> None:
+        pass
+
+
+class JsonProgressEvents:
+    """The JVM's side of a :class:`JsonProgressListener` (a Py4J callback of Spark's PythonStreamingQueryListener): a
+    progress event reaches it as one ``json()`` call, parsed by PySpark's own ``QueryProgressEvent.fromJson``
+    (Spark Connect's path)."""
+
+    def __init__(self, listener: StreamingQueryListener) -> None:
+        self.listener = listener
+
+    def onQueryStarted(self, jevent: Any) -> None:
+        pass
+
+    def onQueryProgress(self, jevent: Any) -> None:
+        self.listener.onQueryProgress(QueryProgressEvent.fromJson(json.loads(jevent.json())))
+
+    def onQueryIdle(self, jevent: Any) -> None:
+        pass
+
+    def onQueryTerminated(self, jevent: Any) -> None:
+        pass
+
+    class Java:
+        implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]

@@ -1,0 +1,168 @@
+"""What the job keeps and hands over, pinned: the output row's Spark schema (derived from PartitionMetrics; the
+history and the foreachBatch handler read it), the state value's format version (checkpoints written by earlier
+versions must load), and the private PySpark hooks' version gate."""
+
+from __future__ import annotations
+
+import pickle
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    LongType,
+    MapType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from replmon.contracts.samples import PartitionSample, ReplicaOffsets
+from streaming import pyspark_hooks
+from streaming.detect import DetectConfig, PartitionMetrics, step
+from streaming.processor import (
+    KIND_PARTITION,
+    OUTPUT_SCHEMA,
+    STATE_MAGIC,
+    STATE_VERSION,
+    PackedTable,
+    StateVersionError,
+    pack,
+    partition_row,
+    unpack,
+)
+from streaming.state import PartitionState, dump_state
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The output schema as checkpoints, history files and the handler know it: a change here is a format change.
+WRITTEN_SCHEMA = StructType([
+    StructField("kind", StringType(), False), StructField("cluster", StringType(), True),
+    StructField("topic", StringType(), True), StructField("partition", LongType(), True),
+    StructField("sample_time_ms", LongType(), True), StructField("event_id", StringType(), True),
+    StructField("event_type", StringType(), True), StructField("payload", StringType(), True),
+    StructField("leader", LongType(), True), StructField("leader_epoch", LongType(), True),
+    StructField("replica_count", LongType(), True), StructField("isr_size", LongType(), True),
+    StructField("min_insync_replicas", LongType(), True), StructField("offline", BooleanType(), True),
+    StructField("under_replicated", BooleanType(), True), StructField("under_min_isr", BooleanType(), True),
+    StructField("at_min_isr", BooleanType(), True), StructField("high_watermark", LongType(), True),
+    StructField("log_end_offset", LongType(), True), StructField("log_start_offset", LongType(), True),
+    StructField("hw_lag", LongType(), True), StructField("max_follower_lag", LongType(), True),
+    StructField("health", LongType(), True), StructField("follower_lag", MapType(LongType(), LongType()), True),
+    StructField("isr", ArrayType(LongType()), True), StructField("replicas", ArrayType(LongType()), True),
+    StructField("hw_stalled", BooleanType(), True), StructField("stale", BooleanType(), True),
+])
+
+
+def a_state() -> tuple[PartitionState, PartitionMetrics]:
+    sample = PartitionSample(
+        cluster="c", collector_id="x", cycle=1, sample_time_ms=1_000, topic="t", partition=0, leader=1,
+        leader_epoch=4, replicas=[1, 2, 3], isr=[1, 2], high_watermark=90, min_insync_replicas=2,
+        replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=100), ReplicaOffsets(broker_id=2,
+                         log_end_offset=95), ReplicaOffsets(broker_id=3, error="unreachable")])
+    state, _events, metrics = step(None, sample, DetectConfig())
+    return state, metrics
+
+
+def test_the_output_schema_derived_from_the_metrics_is_the_one_written_before() -> None:
+    assert OUTPUT_SCHEMA == WRITTEN_SCHEMA
+
+
+def test_a_partition_row_has_every_column_of_the_schema_with_its_values() -> None:
+    _state, metrics = a_state()
+    row = partition_row(metrics)
+    assert set(row) == set(OUTPUT_SCHEMA.fieldNames()) - {"event_id", "event_type", "payload"}
+    assert row["kind"] == KIND_PARTITION and row["isr"] == [1, 2] and row["replicas"] == [1, 2, 3]
+    assert row["follower_lag"] == {2: 5} and row["hw_lag"] == 10 and row["health"] == int(metrics.health)
+    table = pa.Table.from_pylist([row], schema=pa.schema([(f.name, _arrow(f.dataType)) for f in OUTPUT_SCHEMA
+                                                          if f.name in row]))
+    assert table.num_rows == 1
+
+
+def _arrow(spark_type: object) -> pa.DataType:
+    if isinstance(spark_type, LongType):
+        return pa.int64()
+    if isinstance(spark_type, BooleanType):
+        return pa.bool_()
+    if isinstance(spark_type, StringType):
+        return pa.string()
+    if isinstance(spark_type, ArrayType):
+        return pa.list_(_arrow(spark_type.elementType))
+    assert isinstance(spark_type, MapType)
+    return pa.map_(_arrow(spark_type.keyType), _arrow(spark_type.valueType))
+
+
+def test_a_state_value_carries_its_format_version_and_round_trips() -> None:
+    state, _ = a_state()
+    key = ("c", "t", 0)
+    value = pack({key: state})
+    assert value[:len(STATE_MAGIC) + 1] == STATE_MAGIC + bytes([STATE_VERSION])
+    assert unpack(value).packed() == {key: dump_state(state)}
+
+
+def test_state_values_written_before_the_version_still_load() -> None:
+    """The three formats of existing checkpoints: LZ4 without a version header, an uncompressed pickle of packed
+    states, and a pickle of whole states."""
+    state, _ = a_state()
+    key = ("c", "t", 0)
+    raw = pickle.dumps({key: dump_state(state)}, protocol=pickle.HIGHEST_PROTOCOL)
+    legacy_lz4 = b"LZ4\x00" + len(raw).to_bytes(8, "big") + pa.compress(raw, codec="lz4", asbytes=True)
+    for value in (legacy_lz4, raw):
+        assert unpack(value).packed() == {key: dump_state(state)}
+    whole = unpack(pickle.dumps({key: state}))
+    assert isinstance(whole, PackedTable) and whole.packed() == {key: dump_state(state)}
+    assert unpack(None).packed() == {}
+
+
+def test_a_state_value_of_an_unknown_version_is_refused_with_the_way_out() -> None:
+    state, _ = a_state()
+    newer = bytearray(pack({("c", "t", 0): state}))
+    newer[len(STATE_MAGIC)] = STATE_VERSION + 1
+    with pytest.raises(StateVersionError, match=rf"format version {STATE_VERSION + 1}: this replmon reads version "
+                                                 rf"{STATE_VERSION}.*the replmon that wrote the checkpoint"):
+        unpack(bytes(newer))
+
+
+def test_the_hooks_are_written_for_the_pyspark_pyproject_pins() -> None:
+    pinned = re.search(r'"pyspark==([^"]+)"', (ROOT / "pyproject.toml").read_text())
+    assert pinned is not None and pinned.group(1) == pyspark_hooks.PINNED_PYSPARK
+    assert pyspark_hooks.PYSPARK_VERSION == pyspark_hooks.PINNED_PYSPARK and pyspark_hooks.enabled()
+    assert pyspark_hooks.daemon_conf() == {"spark.python.daemon.module": "streaming.worker_daemon"}
+
+
+def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
+        spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """One warning, no daemon of the job's own, PySpark's own listener wrapper, and the last batch id from the
+    public progress: the job works on the public API alone."""
+    monkeypatch.setattr(pyspark_hooks, "PYSPARK_VERSION", "9.9.9")
+    pyspark_hooks.enabled.cache_clear()
+    try:
+        assert not pyspark_hooks.enabled() and not pyspark_hooks.enabled()
+        assert len([r for r in caplog.records if "PySpark 9.9.9 is not the version" in r.message]) == 1
+        assert pyspark_hooks.daemon_conf() == {}
+
+        class Listener(pyspark_hooks.JsonProgressListener):
+            batches: list[int] = []
+
+            def onQueryProgress(self, event: object) -> None:
+                self.batches.append(event.progress.batchId)  # type: ignore[attr-defined]
+
+        listener = Listener()
+        spark.streams.addListener(listener)
+        query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream.format("noop")
+                 .trigger(processingTime="200 milliseconds").start())
+        try:
+            from replmon.testbed.kafka_view import wait_until
+
+            wait_until(lambda: (pyspark_hooks.last_batch_id(query) or 0) >= 1 and listener.batches, 60,
+                       "a micro-batch seen by the public progress and the listener")
+            assert not hasattr(listener, "_json_jlistener"), "PySpark's own listener wrapper"
+        finally:
+            query.stop()
+            spark.streams.removeListener(listener)
+    finally:
+        pyspark_hooks.enabled.cache_clear()
