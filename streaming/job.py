@@ -16,6 +16,7 @@ One query, ``replmon-state``, reads the samples topic (:mod:`streaming.source`) 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
 from streaming.parse import parse_samples, processor_input
 from streaming.processor import OUTPUT_SCHEMA, ReplicationProcessor
+from streaming.pyspark_hooks import quiet_stop_noise
 from streaming.source import kafka_source
 
 log = logging.getLogger(__name__)
@@ -49,6 +51,7 @@ class RunningJob:
         """Stop every query between two micro-batches (:class:`BatchGate`): the one in flight is let finish (its
         events published, its commit written) for up to ``batch_wait_s``, and only then interrupted."""
         deadline = time.monotonic() + batch_wait_s
+        quiet_stop_noise()
         for query in self.queries:
             try:
                 while (query.isActive and not self.gate.between_batches(query)
@@ -59,10 +62,11 @@ class RunningJob:
             except Exception as exc:  # stopping is best effort
                 log.warning("stopping %s: %s", query.name, exc)
 
-    def await_any(self, timeout_s: float | None = None) -> None:
-        """Block until a query ends (raises its error)."""
+    def await_any(self, timeout_s: float | None = None, stop: threading.Event | None = None) -> None:
+        """Block until a query ends (raises its error), ``timeout_s`` passes or ``stop`` is set (checked every
+        second, between two waits on the JVM)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while deadline is None or time.monotonic() < deadline:
+        while (deadline is None or time.monotonic() < deadline) and not (stop is not None and stop.is_set()):
             for query in self.queries:
                 if not query.isActive:
                     exc = query.exception()

@@ -7,7 +7,8 @@ The job runs on the public API alone; three private hooks make it cheaper, each 
   ``StreamingQueryListener._jlistener``, what ``addListener`` registers with the JVM);
 * :func:`last_batch_id`: a query's last micro-batch id from the JVM's progress object (``StreamingQuery._jsq``),
   not PySpark's ``lastProgress``, which rebuilds the whole progress over Py4J;
-* :data:`DAEMON_CONF`: the Python workers' daemon, ``streaming.worker_daemon``, which wraps ``pyspark.daemon``'s
+* :func:`quiet_stop_noise`: Spark's loggers that call a deliberate stop a failure, turned off as the job stops;
+* :func:`daemon_conf`: the Python workers' daemon, ``streaming.worker_daemon``, which wraps ``pyspark.daemon``'s
   ``worker`` and turns off imports from zip archives.
 
 They hold for the PySpark version ``pyproject.toml`` pins (:data:`PINNED_PYSPARK`). On any other version each
@@ -49,6 +50,22 @@ def enabled() -> bool:
 def daemon_conf() -> dict[str, str]:
     """The Python workers' daemon setting: the job's own daemon module when the hooks are on, else none."""
     return {"spark.python.daemon.module": "streaming.worker_daemon"} if enabled() else {}
+
+
+STOP_NOISE_LOGGERS = ("org.apache.spark.broadcast.TorrentBroadcast", "org.apache.spark.scheduler.DAGScheduler")
+"""Spark's loggers that report a micro-batch interrupted by a deliberate stop as a failure ("Store broadcast ...
+fail", "Failed to cancel job group"): the stop of a job is not an error."""
+
+
+def quiet_stop_noise() -> None:
+    """Turn off :data:`STOP_NOISE_LOGGERS` in the driver's JVM (log4j's Configurator), for a job that is stopping;
+    nothing without the hooks or without a running JVM."""
+    jvm = SparkContext._jvm
+    if not enabled() or jvm is None:
+        return
+    level = jvm.org.apache.logging.log4j.Level.OFF
+    for name in STOP_NOISE_LOGGERS:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, level)
 
 
 def last_batch_id(query: StreamingQuery) -> int | None:

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
-from replmon.core.processes import interrupt_on_sigterm
+from replmon.core.processes import interrupt_on_sigterm, stop_signalled
 
 err = Console(stderr=True, highlight=False)
 
@@ -19,8 +19,10 @@ RESTART_WINDOW_S = 600.0
 
 
 def run_job_until_stopped(config: ReplmonConfig) -> int:
-    """Run the job until a signal; call it inside :func:`~replmon.core.processes.interrupt_on_sigterm`. A query that
-    fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
+    """Run the job until SIGTERM or SIGINT (from the main thread), then stop it between two micro-batches
+    (:meth:`~streaming.job.RunningJob.stop`). A signal only sets a flag the wait checks every second: raised as an
+    exception, it would cut a Py4J call in the middle (an ERROR and a traceback in the log at every stop). A query
+    that fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
     checkpoint, with the same metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job
     with an error."""
     from replmon.core import redact
@@ -31,32 +33,33 @@ def run_job_until_stopped(config: ReplmonConfig) -> int:
 
     redact.install(config)
     check_access(config, Role.JOB)  # before Spark starts: a refused user or a missing ACL is one line, at once
-    spark = get_session(config.stream)
-    exporter = JobExporter(config.stream.series_budget)
-    failures: list[float] = []
-    try:
-        while True:
-            job = start_job(spark, config, exporter)
-            err.print(f"replmon stream: reading {config.transport.samples_topic} from "
-                      f"{','.join(config.samples_bootstrap())}, metrics on "
-                      f"http://{config.stream.metrics_host}:{job.port}/metrics")
-            try:
-                job.await_any()
-                return 0
-            except RuntimeError as exc:
-                now = time.monotonic()
-                failures = [t for t in failures if now - t < RESTART_WINDOW_S] + [now]
-                reason = str(exc).splitlines()[0][:300]
-                if len(failures) > MAX_RESTARTS:
-                    raise ReplmonError(f"the job failed {len(failures)} times within {RESTART_WINDOW_S:.0f} s; "
-                                       f"last: {reason}") from exc
-                err.print(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
-            finally:
-                job.stop()
-    except KeyboardInterrupt:
-        err.print("replmon stream: stopping")
-    finally:
-        spark.stop()
+    with stop_signalled() as stop:
+        spark = get_session(config.stream)
+        exporter = JobExporter(config.stream.series_budget)
+        failures: list[float] = []
+        try:
+            while not stop.is_set():
+                job = start_job(spark, config, exporter)
+                err.print(f"replmon stream: reading {config.transport.samples_topic} from "
+                          f"{','.join(config.samples_bootstrap())}, metrics on "
+                          f"http://{config.stream.metrics_host}:{job.port}/metrics")
+                try:
+                    job.await_any(stop=stop)
+                    if stop.is_set():
+                        err.print("replmon stream: stopping")
+                    return 0
+                except RuntimeError as exc:
+                    now = time.monotonic()
+                    failures = [t for t in failures if now - t < RESTART_WINDOW_S] + [now]
+                    reason = str(exc).splitlines()[0][:300]
+                    if len(failures) > MAX_RESTARTS:
+                        raise ReplmonError(f"the job failed {len(failures)} times within {RESTART_WINDOW_S:.0f} "
+                                           f"s; last: {reason}") from exc
+                    err.print(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
+                finally:
+                    job.stop()
+        finally:
+            spark.stop()
     return 0
 
 

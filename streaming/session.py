@@ -76,6 +76,7 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         "spark.app.name": app_name,
         "spark.master": cfg.spark_master,
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",  # the job's log carries replmon's lines and Spark's warnings
         "spark.driver.memory": "2g",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.driver.host": "127.0.0.1",

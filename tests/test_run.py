@@ -86,9 +86,20 @@ def test_run_starts_collector_agents_and_job_and_stops_them_all(
                        for s in samples(transport, "run.samples"))
 
         wait_until(agent_sees_the_stopped_broker, 60, "the agent to keep reading the stopped broker's log dir")
+        log.flush()
+        before_stop = (tmp_path / "run.log").stat().st_size
         run.send_signal(signal.SIGTERM)
         assert run.wait(timeout=90) == 0
         wait_until(lambda: all(not Path(f"/proc/{k}").exists() for k in kids), 30, "every child to exit")
+        # a clean stop is quiet: no error, no traceback (Spark's and Py4J's included), no progress bar
+        with (tmp_path / "run.log").open("rb") as f:
+            f.seek(before_stop)
+            stopping = f.read().decode(errors="replace")
+        assert "replmon stream: stopping" in stopping
+        noisy = [line for line in stopping.splitlines() if " ERROR " in line or "ERROR:" in line
+                 or "Traceback" in line or "Exception" in line]
+        assert noisy == [], stopping[-3000:]
+        assert "[Stage " not in (tmp_path / "run.log").read_text()
     finally:
         if run.poll() is None:
             run.kill()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
@@ -41,6 +42,24 @@ def interrupt_on_sigterm(sigint: bool = False) -> Iterator[None]:
     previous = {s: signal.signal(s, handler) for s in signums}
     try:
         yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def stop_signalled() -> Iterator[threading.Event]:
+    """Inside the block SIGTERM and SIGINT set the event it yields and raise nothing: for a loop that checks it
+    between steps, where an exception raised at an arbitrary point would interrupt a call in the middle (a Py4J
+    call logs an ERROR with a traceback when a KeyboardInterrupt cuts it). Only the main thread may use it."""
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield stop
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
