@@ -84,8 +84,9 @@ def render_samples() -> str:
         "samples of one partition stay in order. Its `schema` field names its kind and version. Offsets follow",
         "Kafka: a log end offset is the offset of the next message a replica will write, the high watermark the",
         "first offset not yet committed. Times are milliseconds since the epoch. The streaming job validates every",
-        "record against these models (types, bounds, required fields, no unknown field) and quarantines what fails,",
-        "with its reason.",
+        "record against these models (standard JSON only: no single quotes, NaN or Infinity; a string field takes",
+        "only a JSON string; types, bounds, required fields, no unknown field) and quarantines what fails, with its",
+        "reason.",
         "",
     ]
     for schema_name, model in SAMPLE_MODELS.items():

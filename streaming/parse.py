@@ -34,6 +34,9 @@ TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
 """A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
 null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
 stops after the first value; inside brackets, anything after it breaks the array)."""
+STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
+"""Spark's JSON parser held to standard JSON (its other leniencies are off by default): a single-quoted record or
+NaN is malformed, not read as if it were JSON."""
 CANONICAL_JSON = {"ignoreNullFields": "false"}
 """Spark's to_json written like the collectors' pydantic ``to_json``: every field, nulls included."""
 
@@ -98,7 +101,8 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch)
     value = F.make_valid_utf8(text)
     rows = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
-                      _once(F.from_json(value, SAMPLE_STRUCT)).alias("u"), F.is_valid_utf8(text).alias("utf8"))
+                      _once(F.from_json(value, SAMPLE_STRUCT, STRICT_JSON)).alias("u"),
+                      F.is_valid_utf8(text).alias("utf8"))
     name = F.col("u")["schema"]
     models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
     rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
@@ -112,7 +116,7 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
                & schema.first_violation(_violations(m, parsed[s], None)).isNull())
         for s, m in SAMPLE_MODELS.items()], F.lit(False))
     rows = rows.select("*", _once(fast).alias("fast"))
-    wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL)
+    wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL, STRICT_JSON)
     rows = rows.select("*", _once(F.when(~F.col("fast"), wrapped)).alias("wrapped"))
     fields = F.when(F.size(F.col("wrapped")) == 1, F.col("wrapped")[0])
     slow_name = fields["schema"]
@@ -123,7 +127,8 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
         .when(slow_name.isNull() | ~slow_name.isin(*SAMPLE_MODELS), F.lit(schema.UNKNOWN_SCHEMA))
     )
     for s, m in SAMPLE_MODELS.items():
-        slow = slow.when(slow_name == s, _first_violation(m, parsed[s], fields))
+        slow = slow.when(slow_name == s, F.coalesce(schema.text_not_string(m, F.col("raw")),
+                                                    _first_violation(m, parsed[s], fields)))
     reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
             .when(name == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))

@@ -7,6 +7,7 @@ validated here without a second definition.
 
 from __future__ import annotations
 
+import re
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -224,6 +225,37 @@ def _make_item_lambda(item_type: Any, required: bool, where: str, index: int) ->
         return _field_violations(x, None, item_type, required, where)[index][0]
 
     return build
+
+
+def string_fields(model: type[BaseModel], where: str = "") -> dict[str, str]:
+    """JSON name -> reason path of every field of ``model`` whose JSON value must be a string (text, an enum, a
+    literal), nested models and the models in lists included; a name met twice keeps the outermost path."""
+    out: dict[str, str] = {}
+    nested: dict[str, str] = {}
+    for name, f in model.model_fields.items():
+        key = json_name(name, f)
+        base, _, _ = unwrap(f.annotation)
+        if get_origin(base) is list:
+            (item,) = get_args(base)
+            base, where_item = unwrap(item)[0], f"{where}{key}[]."
+        else:
+            where_item = f"{where}{key}."
+        if isinstance(base, type) and issubclass(base, BaseModel):
+            for k, path in string_fields(base, where_item).items():
+                nested.setdefault(k, path)
+        elif get_origin(base) is Literal or (isinstance(base, type) and issubclass(base, str)):
+            out.setdefault(key, f"{where}{key}")
+    return {**nested, **out}
+
+
+def text_not_string(model: type[BaseModel], raw: Column) -> Column:
+    """``wrong_type:<field>`` when the raw record gives a string field a value that is not a JSON string (nor
+    null), else null. Spark's parser renders any JSON value as text for a string field (``"topic": 12345`` reads
+    as the topic "12345"), and its map of raw fields has a string's text without its quotes: only the record's own
+    text tells. A regex over it finds the field's name followed by a value that does not open with a quote."""
+    checks = [(raw.rlike('"' + re.escape(key) + r'"\s*:\s*(?!null\b)[^"\s]'), f"{WRONG_TYPE}:{path}")
+              for key, path in string_fields(model).items()]
+    return first_violation(checks)
 
 
 def first_violation(checks: list[tuple[Column, str]]) -> Column:

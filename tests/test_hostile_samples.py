@@ -10,6 +10,7 @@ bounds come from the pydantic models (replmon/contracts/samples.py), the one def
 from __future__ import annotations
 
 import json
+import math
 import os
 import types
 from collections import Counter
@@ -73,7 +74,7 @@ def base(model: type[BaseModel], i: int = 0) -> dict[str, Any]:
 
 def encode(data: Any) -> bytes:
     # compact, as the collectors write: a record with only its values wrong is then judged without the map parse
-    # (streaming.parse._canonical); NaN and Infinity are written as such: not JSON, but seen on the wire
+    # (streaming.parse._canonical); NaN and Infinity are written as such: not JSON (malformed), but seen on the wire
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -164,6 +165,20 @@ def wrong_type(draw: st.DrawFn) -> Hostile:
     else:
         data[spec.name] = draw(st.one_of(st.text(max_size=8), st.integers(), st.dictionaries(st.text(max_size=3),
                                                                                             st.integers(), max_size=2)))
+    value = data[spec.name]
+    # NaN and Infinity are not JSON: the record does not parse at all
+    expected = "malformed_json" if isinstance(value, float) and not math.isfinite(value) else f"wrong_type:{spec.name}"
+    return Hostile(f"{spec.name}={value!r}", draw(keys), encode(data), expected)
+
+
+@st.composite
+def text_not_string(draw: st.DrawFn) -> Hostile:
+    """A string field given another JSON value: Spark would read it as text (a phantom topic named 12345)."""
+    model = draw(models)
+    spec = draw(st.sampled_from([f for f in fields_of(model) if f.kind == "str"]))
+    data = base(model)
+    data[spec.name] = draw(st.one_of(st.integers(), st.booleans(), st.lists(st.integers(), max_size=2),
+                                     st.dictionaries(st.text(max_size=3), st.integers(), max_size=2)))
     return Hostile(f"{spec.name}={data[spec.name]!r}", draw(keys), encode(data), f"wrong_type:{spec.name}")
 
 
@@ -275,8 +290,8 @@ def malformed(draw: st.DrawFn) -> Hostile:
     return Hostile(what, draw(keys), value, reason)
 
 
-hostile_records = st.one_of(truncated(), wrong_type(), out_of_range(), huge_int(), nested_offsets(), missing(),
-                            bad_length(), unknown_schema(), invalid_utf8(), deep(), malformed())
+hostile_records = st.one_of(truncated(), wrong_type(), text_not_string(), out_of_range(), huge_int(), nested_offsets(),
+                            missing(), bad_length(), unknown_schema(), invalid_utf8(), deep(), malformed())
 
 
 def generate() -> list[Hostile]:

@@ -76,7 +76,7 @@ def test_valid_samples_pass_with_their_values(spark: SparkSession) -> None:
 
 # (record, reason): records other than the collectors' own form (other spacing, fields missing or extra,
 # trailing content), judged on the map parse
-BAD_RECORDS: list[tuple[bytes | None, str]] = [
+BAD_RECORDS: list[tuple[bytes | None, str | None]] = [
     (b"{not json", "malformed_json"),
     (b"[1, 2, 3]", "malformed_json"),
     (None, "malformed_json"),
@@ -100,6 +100,16 @@ BAD_RECORDS: list[tuple[bytes | None, str]] = [
     (b"", "malformed_json"),
     (json.dumps(partition_sample(evil=1)).encode(), "unknown_field:evil"),  # the models forbid extra fields
     (json.dumps({"schema": "cycle/v1", "cluster": "c1"}).encode(), "missing_field:collector_id"),
+    # only standard JSON, and a string field takes only a JSON string: Spark would read 12345 as the topic "12345"
+    # (a phantom partition), and single quotes or NaN as if they were JSON
+    (json.dumps(partition_sample(topic=12345)).encode(), "wrong_type:topic"),
+    (json.dumps(partition_sample(cluster=True)).encode(), "wrong_type:cluster"),
+    (json.dumps(partition_sample(collector_id={"a": 1})).encode(), "wrong_type:collector_id"),
+    (json.dumps(partition_sample(replica_offsets=[{"broker_id": 1, "log_end_offset": 3, "error_detail": 7}])).encode(),
+     "wrong_type:replica_offsets[].error_detail"),
+    (json.dumps(partition_sample()).replace('"', "'").encode(), "malformed_json"),
+    (json.dumps(partition_sample(high_watermark=float("nan"))).encode(), "malformed_json"),
+    (json.dumps(partition_sample(topic_id=None, error=None)).encode(), None),  # null is fine for an optional one
 ]
 
 
