@@ -311,3 +311,45 @@ def assert_events_command_lists(pipeline: Pipeline, topic: str) -> None:
     assert out.returncode == 0
     rows = [line for line in out.stdout.splitlines() if topic[:20] in line]
     assert rows and all("ISR_SHRINK" in line for line in rows)
+    assert_events_as_json(pipeline, topic)
+
+
+def assert_events_as_json(pipeline: Pipeline, topic: str) -> None:
+    """`replmon events --json` prints the event records themselves, one a line, the same from the history and from
+    the events topic; `--follow` prints them and keeps reading until Ctrl-C."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    base = [sys.executable, "-m", "replmon.cli", "events", "--config", str(pipeline.config), "--json",
+            "--topic", topic]
+
+    def printed(*args: str) -> dict[str, dict[str, object]]:
+        out = subprocess.run([*base, *args], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        return {e["event_id"]: e for e in map(json.loads, out.stdout.splitlines())}
+
+    published = {e["event_id"]: e for e in pipeline.events() if e["topic"] == topic}
+    from_topic = printed("--from", "topic")
+    assert published and set(published) <= set(from_topic)
+    assert all(from_topic[i] == published[i] for i in published), "the topic's records, as published"
+    wait_until(lambda: set(published) <= set(printed()), DEADLINE_S, "the history to hold the topic's events")
+    from_history = printed()
+    assert all(from_history[i] == published[i] for i in published), "the history's rows as the same records"
+
+    follow = subprocess.Popen([*base, "--follow"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert follow.stdout is not None
+        seen: set[str] = set()
+        while not set(published) <= seen:
+            line = follow.stdout.readline()
+            assert line, follow.stderr.read() if follow.stderr else "--follow ended"
+            seen.add(json.loads(line)["event_id"])
+        assert follow.poll() is None, "--follow keeps reading once it has caught up"
+        follow.send_signal(signal.SIGINT)
+        assert follow.wait(timeout=30) == 0
+        assert "Traceback" not in (follow.stderr.read() if follow.stderr else "")
+    finally:
+        if follow.poll() is None:
+            follow.kill()

@@ -8,6 +8,7 @@ import json
 import math
 import re
 import sys
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,6 +21,7 @@ from rich.table import Table
 from replmon.contracts.events import Event, EventType
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
+from replmon.core.processes import stop_signalled
 
 err = Console(stderr=True, highlight=False)
 
@@ -87,9 +89,10 @@ def history_events(history_dir: Path) -> list[dict[str, Any]]:
     return [canonical(row) for row in frame.to_dict("records")]
 
 
-def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool) -> Iterator[dict[str, Any]]:
+def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
+                 stop: threading.Event | None = None) -> Iterator[dict[str, Any]]:
     """The events topic's records from the start (or from ``since_ms``) to its current end, then, with ``follow``,
-    each new one as it arrives until interrupted."""
+    each new one as it arrives until ``stop`` is set."""
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
@@ -117,7 +120,7 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool) -> I
                 consumer.seek(tp, found[tp].offset if found.get(tp) is not None else ends[tp])
         end = consumer.end_offsets(tps)
         caught_up = False
-        while True:
+        while stop is None or not stop.is_set():
             for records in consumer.poll(timeout_ms=POLL_MS).values():
                 for record in records:
                     yield canonical(json.loads(record.value))
@@ -164,9 +167,15 @@ def events(config: ReplmonConfig, *, source: str = "history", history_dir: Path 
         if not found and not as_json:
             err.print(f"no events in {root}")
             return 0
+    elif follow:
+        with stop_signalled() as stop:  # Ctrl-C or SIGTERM ends the wait between two polls, quietly
+            for event in topic_events(config, keep.since_ms, follow=True, stop=stop):
+                if keep(event):
+                    print_line(event, as_json)
+        return 0
     else:
-        stream = (e for e in topic_events(config, keep.since_ms, follow) if keep(e))
-        if follow or as_json:
+        stream = (e for e in topic_events(config, keep.since_ms, follow=False) if keep(e))
+        if as_json:
             for event in stream:
                 print_line(event, as_json)
             return 0
