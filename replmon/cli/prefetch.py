@@ -1,5 +1,6 @@
 """Download and cache every artifact replmon runs from Maven Central, so that later starts need no network:
-Apache Kafka for the local cluster, and Spark's Kafka connector for the job. ``python -m replmon.cli.prefetch``."""
+Apache Kafka for the local cluster (and its tools jar, the tests' oracle), and Spark's Kafka connector for the
+job. ``python -m replmon.cli.prefetch``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ def main() -> int:
     try:
         libs = artifacts.kafka_libs()
         print(f"kafka {artifacts.KAFKA_VERSION}: {libs}")
+        print(f"kafka-tools {artifacts.KAFKA_VERSION}: {artifacts.kafka_tools_jar()}")
         from streaming.session import KAFKA_CONNECTOR, get_session
 
         spark = get_session(StreamConfig(spark_master="local[1]"), app_name="replmon-prefetch")

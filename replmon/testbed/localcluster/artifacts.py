@@ -66,26 +66,49 @@ def kafka_libs(version: str = KAFKA_VERSION) -> Path:
         pom = Path(tmp) / "pom.xml"
         pom.write_text(resources.files("replmon.testbed.localcluster").joinpath("pom.xml").read_text())
         out_dir = Path(tmp) / "libs"
-        cmd = [mvn, "-B", "-q", "-f", str(pom), "dependency:copy-dependencies",
-               f"-Dkafka.version={version}", f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime"]
-        mirror = os.environ.get(MAVEN_REPOSITORY_ENV)
-        if mirror:
-            settings = Path(tmp) / "settings.xml"
-            settings.write_text(maven_mirror_settings(mirror))
-            cmd[1:1] = ["-s", str(settings)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
-        if proc.returncode != 0:
-            source = mirror or "Maven Central"
-            raise ReplmonError(
-                f"cannot download Apache Kafka {version} from {source} and nothing is cached in {root}: "
-                f"{maven_failure_reason(proc.stdout + proc.stderr)} "
-                f"(check network access, or set {MAVEN_REPOSITORY_ENV} to a reachable mirror)"
-            )
+        _maven(mvn, Path(tmp), f"Apache Kafka {version}", root,
+               "-f", str(pom), "dependency:copy-dependencies", f"-Dkafka.version={version}",
+               f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime")
         if libs.exists():
             shutil.rmtree(libs)
         out_dir.rename(libs)
     (root / "complete").write_text(version + "\n")
     return libs
+
+
+def kafka_tools_jar(version: str = KAFKA_VERSION) -> Path:
+    """Kafka's tools jar (``kafka-dump-log``'s DumpLogSegments lives there, not in the broker's jars), fetched from
+    Maven once into the Kafka cache beside the libs; its dependencies are the broker's (:func:`kafka_libs`)."""
+    root = cache_dir() / f"kafka-{version}" / "tools"
+    jar = root / f"kafka-tools-{version}.jar"
+    if jar.exists():
+        return jar
+    mvn = shutil.which("mvn")
+    if not mvn:
+        raise ReplmonError(f"Maven (mvn) not found and kafka-tools {version} is not cached in {root}")
+    root.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix="download-") as tmp:
+        _maven(mvn, Path(tmp), f"kafka-tools {version}", root,
+               "dependency:copy", f"-Dartifact=org.apache.kafka:kafka-tools:{version}", f"-DoutputDirectory={tmp}")
+        os.replace(Path(tmp) / jar.name, jar)
+    return jar
+
+
+def _maven(mvn: str, tmp: Path, what: str, cache: Path, *args: str) -> None:
+    """Run Maven in ``tmp`` (through the mirror of $REPLMON_MAVEN_REPOSITORY when set); a failure says why."""
+    cmd = [mvn, "-B", "-q", *args]
+    mirror = os.environ.get(MAVEN_REPOSITORY_ENV)
+    if mirror:
+        settings = tmp / "settings.xml"
+        settings.write_text(maven_mirror_settings(mirror))
+        cmd[1:1] = ["-s", str(settings)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=1200, cwd=tmp)
+    if proc.returncode != 0:
+        raise ReplmonError(
+            f"cannot download {what} from {mirror or 'Maven Central'} and nothing is cached in {cache}: "
+            f"{maven_failure_reason(proc.stdout + proc.stderr)} "
+            f"(check network access, or set {MAVEN_REPOSITORY_ENV} to a reachable mirror)"
+        )
 
 
 def maven_mirror_settings(url: str) -> str:
