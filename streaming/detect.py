@@ -22,7 +22,15 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from replmon.contracts.events import Event, EventType, Severity, event_id
 from replmon.contracts.samples import PartitionSample, ReplicaSample
-from streaming.state import NO_SAMPLE, ElectionBasis, Lineage, PartitionMeta, PartitionState, ReplicaLog
+from streaming.state import (
+    NO_SAMPLE,
+    ElectionBasis,
+    ElectionLoss,
+    Lineage,
+    PartitionMeta,
+    PartitionState,
+    ReplicaLog,
+)
 
 if TYPE_CHECKING:
     from replmon.core.config import StreamConfig
@@ -155,14 +163,18 @@ def step_dict(
     ):
         _apply_metadata(prev, st, s, cfg, out)
     _check_log_truncation(prev, st, out)
-    _apply_high_watermark(prev, st, s.get("high_watermark"), out)
-    _check_hw_stalled(prev, st, cfg, out)
     lineage = s.get("epoch_lineage")
+    hw = s.get("high_watermark")
+    _apply_high_watermark(prev, st, hw, lineage is not None, out)
+    _check_hw_stalled(prev, st, cfg, out)
     if lineage is not None:
         _apply_leader_lineage(st, lineage, out)
     log_start_offset = s.get("log_start_offset")
     if log_start_offset is not None:
         st.log_start_offset = log_start_offset
+    _note_sampled_commit(st, hw)
+    if st.meta.loss is not None:
+        _settle_loss(st, out)
 
     st.sample_time_ms = t
     st.cycle = cycle
@@ -201,13 +213,34 @@ def step_replica(
     m.replica_logs = {**m.replica_logs, broker: log}
     detected = log.sample_time_ms if now_ms is None else now_ms
     out = _Emitter(m, log.sample_time_ms, log.cycle, detected, source=f"agent/{broker}")
-    if old is not None and log.log_end_offset < old.log_end_offset:
-        _log_truncation(out, m, broker, old.log_end_offset, log.log_end_offset, "log-dir agent")
+    cut = None if old is None else _truncated_to(old, log)
+    if old is not None and cut is not None:
+        _log_truncation(out, m, broker, old.log_end_offset, cut, "log-dir agent")
         last = st.last_log_end_offsets.get(broker)
         if last is not None and last > log.log_end_offset:  # the sampler must not report it a second time
             st.last_log_end_offsets = {**st.last_log_end_offsets, broker: log.log_end_offset}
-    _check_divergence(m, _followers(m) if broker == m.leader else (broker,), out)
+    _note_disk_commit(st, broker, log)
+    _check_divergence(st.meta, _followers(m) if broker == m.leader else (broker,), out)
+    if st.meta.loss is not None:
+        _settle_loss(st, out)
     return st, out.events
+
+
+def _truncated_to(old: ReplicaLog, new: ReplicaLog) -> int | None:
+    """Where a replica's log was cut between two readings of its disk, or None. A follower truncates to where
+    its new leader's log leaves its epochs and at once appends the leader's messages from there, so its log end
+    offset may be past the old one by the next reading: the lineage tells, its first epoch after the old tail
+    starting below the old end. A lineage older than the log's last batch (checkpoint not yet rewritten) is not
+    judged."""
+    cut = new.log_end_offset if new.log_end_offset < old.log_end_offset else None
+    old_tail = _tail_epoch(old)
+    lineage = new.epoch_lineage
+    stale = new.last_batch_leader_epoch is not None and lineage and new.last_batch_leader_epoch > lineage[-1][0]
+    if old_tail is not None and lineage and not stale:
+        start = next((s for e, s in lineage if e > old_tail), None)
+        if start is not None and start < old.log_end_offset:
+            cut = start if cut is None else min(cut, start)
+    return cut
 
 
 def _usable_replica_sample(m: PartitionMeta, r: Mapping[str, Any], old: ReplicaLog | None) -> bool:
@@ -439,10 +472,12 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
         # reports neither, fall back on the partition as last seen online.
         isr, elr = (pm.isr, pm.elr) if basis is None or pm.isr or pm.elr else (basis.isr, basis.elr)
         previous_leader = None if basis is None else basis.leader
+        previous_epoch = pm.leader_epoch if basis is None else basis.leader_epoch
         m.before_offline = None
     else:
         isr, elr = pm.isr, pm.elr
         previous_leader = pm.leader
+        previous_epoch = pm.leader_epoch
     if m.leader in isr or (elr is not None and m.leader in elr):
         clean: bool | None = True
     elif not isr and elr is None:
@@ -464,6 +499,11 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
             f"(leader epoch {pm.leader_epoch} -> {m.leader_epoch}; previous ISR {list(isr)}{elr_text})"
         ),
     )  # fmt: skip
+    if previous_leader is not None:
+        # What the old epochs committed is judged against the new leader's log once its lineage is known.
+        m.loss = ElectionLoss(previous_leader, previous_epoch, tuple(isr) == (previous_leader,), st.committed_end,
+                              None, 0)  # fmt: skip
+        st.committed_end = None
 
 
 def _offline_start(st: PartitionState, basis: ElectionBasis | None, out: _Emitter) -> None:
@@ -547,10 +587,19 @@ def _under_min_isr(m: PartitionMeta, out: _Emitter) -> None:
 # Offsets: log end offsets, high watermark
 
 
+AGENT_AUTHORITY_MS = 60_000
+"""A broker whose disk a log-dir agent read within this long before a sample has its truncations reported by the
+agent alone: it knows the log end offset before the cut (also while the broker was down) and where the cut was."""
+
+
 def _check_log_truncation(prev: PartitionState, st: PartitionState, out: _Emitter) -> None:
     last = prev.last_log_end_offsets
+    agents = prev.meta.replica_logs
     for broker, leo in st.log_end_offsets.items():
         before = last.get(broker)
+        read = agents.get(broker)
+        if read is not None and out.time_ms - read.sample_time_ms <= AGENT_AUTHORITY_MS:
+            continue
         if before is not None and leo < before:
             m = st.meta = st.meta.copy() if st.meta is prev.meta else st.meta
             _log_truncation(out, m, broker, before, leo, "sampler")
@@ -560,19 +609,29 @@ def _check_log_truncation(prev: PartitionState, st: PartitionState, out: _Emitte
 
 
 def _log_truncation(out: _Emitter, m: PartitionMeta, broker: int, before: int, after: int, seen_by: str) -> None:
+    loss = m.loss
+    committed = loss.committed_end if loss is not None and broker == loss.previous_leader else None
+    uncommitted = None if committed is None else max(0, before - max(after, committed))
+    never = "" if not uncommitted else f", {uncommitted} of them never committed"
     out.emit(
         EventType.LOG_TRUNCATION, Severity.WARNING, broker, before, after,
         brokers=[broker], leader=m.leader, leader_epoch=m.leader_epoch,
-        truncated=before - after, offset_start=after, offset_end=before,
+        truncated=before - after, uncommitted_lost=uncommitted, offset_start=after, offset_end=before,
         message=(
             f"{_name(m)}: replica on broker {broker} truncated its log from {before} to {after} "
-            f"({before - after} messages, seen by the {seen_by})"
+            f"({before - after} messages{never}, seen by the {seen_by})"
         ),
     )  # fmt: skip
 
 
-def _apply_high_watermark(prev: PartitionState, st: PartitionState, hw: int | None, out: _Emitter) -> None:
-    """HW_REGRESSION when the partition's high watermark goes down; samples without one change nothing."""
+def _apply_high_watermark(
+    prev: PartitionState, st: PartitionState, hw: int | None, lineage_sampled: bool, out: _Emitter
+) -> None:
+    """HW_REGRESSION when the partition's high watermark goes down; samples without one change nothing.
+
+    The loss itself is DATA_LOSS, from the new leader's lineage (:func:`_settle_loss`): two sampled high
+    watermarks tell only a lower bound while producers write on. Without any lineage (pre-0.11 message formats)
+    the regression is all there is, and it carries the count."""
     if hw is None:
         return
     before = prev.high_watermark
@@ -580,17 +639,122 @@ def _apply_high_watermark(prev: PartitionState, st: PartitionState, hw: int | No
     if before is None or hw >= before:
         return
     pm, m = prev.meta, st.meta
+    counted = not (lineage_sampled or _has_lineage(m))
+    lost = f"{before - hw} committed messages lost" if counted else "committed messages lost"
     out.emit(
         EventType.HW_REGRESSION, Severity.CRITICAL, before, hw,
         brokers=[m.leader] if m.leader >= 0 else [], leader=m.leader, leader_epoch=m.leader_epoch,
         previous_leader=pm.leader if pm.leader != m.leader else None,
         previous_leader_epoch=pm.leader_epoch if pm.leader_epoch != m.leader_epoch else None,
-        isr=list(m.isr), committed_lost=before - hw, offset_start=hw, offset_end=before,
+        isr=list(m.isr), committed_lost=before - hw if counted else None, offset_start=hw, offset_end=before,
         message=(
             f"{_name(m)}: high watermark went down from {before} to {hw}: "
-            f"{before - hw} committed messages lost (leader {m.leader}, leader epoch {m.leader_epoch})"
+            f"{lost} (leader {m.leader}, leader epoch {m.leader_epoch})"
         ),
     )  # fmt: skip
+
+
+def _has_lineage(m: PartitionMeta) -> bool:
+    return m.epoch_lineage is not None or any(log.epoch_lineage for log in m.replica_logs.values())
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Committed offsets and the loss of a leader change
+
+
+def _note_sampled_commit(st: PartitionState, hw: int | None) -> None:
+    """The sample's high watermark is committed; so is the leader's whole log while the ISR is the leader alone
+    (the HW is then its log end offset)."""
+    m = st.meta
+    committed = st.committed_end
+    if hw is not None and (committed is None or hw > committed):
+        committed = hw
+    if m.leader >= 0 and m.isr == (m.leader,):
+        leo = st.log_end_offsets.get(m.leader)
+        if leo is not None and (committed is None or leo > committed):
+            committed = leo
+    st.committed_end = committed
+
+
+def _note_disk_commit(st: PartitionState, broker: int, log: ReplicaLog) -> None:
+    """What an agent's reading of ``broker``'s disk proves committed: its HW checkpoint, and its whole log when
+    it was the leader with the ISR to itself. A log still ending in the epochs before the last leader change
+    (the old leader's, read while it is down) counts for that change's loss; any other for the current epoch.
+    ``st.meta`` must be a fresh copy."""
+    m = st.meta
+    tail = _tail_epoch(log)
+    loss = m.loss
+    if loss is not None and tail is not None and tail <= loss.previous_leader_epoch:
+        found = [log.high_watermark_checkpoint]
+        if loss.leader_alone and broker == loss.previous_leader:
+            found.append(log.log_end_offset)
+        committed = max((o for o in found if o is not None), default=None)
+        if committed is not None and (loss.committed_end is None or committed > loss.committed_end):
+            m.loss = loss._replace(committed_end=committed)
+        return
+    if tail is not None and tail > m.leader_epoch:
+        return  # the disk is ahead of our metadata: judge on a later sample
+    found = [log.high_watermark_checkpoint]
+    if m.isr == (broker,) and m.leader in (broker, -1):  # offline: the controller keeps the last ISR member
+        found.append(log.log_end_offset)
+    committed = max((o for o in found if o is not None), default=None)
+    if committed is not None and (st.committed_end is None or committed > st.committed_end):
+        st.committed_end = committed
+
+
+def _tail_epoch(log: ReplicaLog) -> int | None:
+    """The leader epoch the replica's log ends in."""
+    tail = log.epoch_lineage[-1][0] if log.epoch_lineage else None
+    last = log.last_batch_leader_epoch
+    return last if tail is None or (last is not None and last > tail) else tail
+
+
+def _settle_loss(st: PartitionState, out: _Emitter) -> None:
+    """DATA_LOSS for the committed offsets of the old epochs the new leader's log does not hold:
+    ``[D, C)`` with D where its lineage leaves the old epochs and C their committed end; reported again, for the
+    further offsets only, when C grows. The prefix below D is the new epoch's committed log too."""
+    m = st.meta
+    loss = m.loss
+    assert loss is not None
+    if loss.divergence is None:
+        reference = _reference_lineage(m)
+        divergence = None if reference is None else _end_of_epochs(reference, loss.previous_leader_epoch)
+        if divergence is None:
+            return
+        loss = loss._replace(divergence=divergence)
+        if loss.committed_end is not None:
+            carried = min(loss.committed_end, divergence)
+            if st.committed_end is None or carried > st.committed_end:
+                st.committed_end = carried
+    assert loss.divergence is not None
+    lost = 0 if loss.committed_end is None else loss.committed_end - loss.divergence
+    if lost > loss.reported:
+        start, end = loss.divergence + loss.reported, loss.divergence + lost
+        more = "" if not loss.reported else f" more ({lost} in all)"
+        out.emit(
+            EventType.DATA_LOSS, Severity.CRITICAL, loss.previous_leader_epoch, start, end,
+            brokers=[b for b in (loss.previous_leader, m.leader) if b >= 0], leader=m.leader,
+            leader_epoch=m.leader_epoch, previous_leader=loss.previous_leader,
+            previous_leader_epoch=loss.previous_leader_epoch, isr=list(m.isr),
+            committed_lost=end - start, offset_start=start, offset_end=end,
+            message=(
+                f"{_name(m)}: {end - start} committed messages{more} lost, offsets [{start}, {end}): leader "
+                f"{m.leader}'s log leaves leader epoch {loss.previous_leader_epoch} (broker "
+                f"{loss.previous_leader}) at {loss.divergence}, below what it had committed"
+            ),
+        )  # fmt: skip
+        loss = loss._replace(reported=lost)
+    if loss != m.loss:
+        m = st.meta = m.copy()
+        m.loss = loss
+
+
+def _end_of_epochs(lineage: Lineage, epoch: int) -> int | None:
+    """Where a log leaves the leader epochs up to ``epoch``: the start of its first later epoch (what Kafka's
+    OffsetsForLeaderEpoch answers for ``epoch``); None when the lineage holds no earlier epoch to compare."""
+    if not lineage or lineage[0][0] > epoch:
+        return None
+    return next((start for e, start in lineage if e > epoch), None)
 
 
 def _check_hw_stalled(prev: PartitionState, st: PartitionState, cfg: DetectConfig, out: _Emitter) -> None:
@@ -663,14 +827,23 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
             continue
         m.diverged = {**m.diverged, broker: offset}
         end = log.log_end_offset
+        loss = m.loss
+        committed = loss.committed_end if loss is not None and replica_epoch <= loss.previous_leader_epoch else None
+        uncommitted = None if committed is None else max(0, end - max(offset, committed))
+        holds_committed = committed is None or offset < committed
+        stake = (
+            "committed end unknown" if committed is None
+            else "committed offsets among them" if holds_committed else "none of them ever committed"
+        )
         out.emit(
-            EventType.EPOCH_DIVERGENCE, Severity.CRITICAL, broker, offset, replica_epoch, leader_epoch,
+            EventType.EPOCH_DIVERGENCE, Severity.CRITICAL if holds_committed else Severity.WARNING,
+            broker, offset, replica_epoch, leader_epoch,
             brokers=[broker, m.leader], leader=m.leader, leader_epoch=m.leader_epoch,
-            offset_start=offset, offset_end=end,
+            offset_start=offset, offset_end=end, uncommitted_lost=uncommitted,
             message=(
                 f"{_name(m)}: replica on broker {broker} diverges from leader {m.leader} at offset "
                 f"{offset} (written in epoch {replica_epoch} there, in epoch {leader_epoch} on the leader); "
-                f"offsets [{offset}, {end}) at stake"
+                f"offsets [{offset}, {end}) at stake, {stake}"
             ),
         )  # fmt: skip
 

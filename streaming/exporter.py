@@ -212,10 +212,11 @@ class JobExporter(Collector):
                 self._counters["replmon_events_total"][(cluster, e["type"])] += 1
                 if e["type"] == "LEADER_CHANGE" and e.get("clean") is False:
                     self._counters["replmon_unclean_leader_elections_total"][(cluster, topic)] += 1
-                if e["type"] == "HW_REGRESSION":
+                if e["type"] in ("DATA_LOSS", "HW_REGRESSION") and e.get("committed_lost"):
+                    # an election's loss is one of the two, never both (streaming.detect)
                     self._counters["replmon_committed_messages_lost_total"][(cluster, topic)] += \
-                        int(e.get("committed_lost") or 0)
-                if e["type"] == "EPOCH_DIVERGENCE":
+                        int(e["committed_lost"])
+                if e["type"] == "EPOCH_DIVERGENCE" and e.get("severity") == "critical":
                     self._counters["replmon_epoch_divergences_total"][(cluster, topic)] += 1
 
     def count(self, name: str, labels: tuple[str, ...], amount: float = 1) -> None:

@@ -44,6 +44,25 @@ class ElectionBasis(NamedTuple):
     elr: tuple[int, ...] | None
 
 
+class ElectionLoss(NamedTuple):
+    """The loss accounting of the partition's last leader change: what the old leader epochs had committed
+    against where the new leader's log leaves them.
+
+    ``committed_end`` (C) is the highest offset known committed in the old epochs (exclusive end): sampled high
+    watermarks, replicas' HW checkpoints on disk, and the old leader's log end offset while the ISR was that leader
+    alone. ``divergence`` (D) is where the new leader's log leaves the old epochs (its lineage's end offset for
+    them), None until that lineage is known. The committed messages lost are ``max(0, C - D)``, whatever producers
+    write after the election; ``reported`` is how many of them events have reported so far."""
+
+    previous_leader: int
+    previous_leader_epoch: int
+    leader_alone: bool
+    """The old epochs' last known ISR was the old leader alone: everything it appended was committed."""
+    committed_end: int | None
+    divergence: int | None
+    reported: int
+
+
 @dataclass(slots=True)
 class PartitionMeta:
     cluster: str
@@ -76,6 +95,8 @@ class PartitionMeta:
     """Broker -> the log-dir agent's newest reading of its replica (also while the broker is down)."""
     diverged: dict[int, int] = field(default_factory=dict)
     """Broker -> first diverging offset of the EPOCH_DIVERGENCE reported for it (cleared when it agrees)."""
+    loss: ElectionLoss | None = None
+    """The loss accounting of the last leader change (replaced by the next one)."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""
@@ -108,6 +129,10 @@ class PartitionState:
     """The leader's LEO at ``hw_stuck_since_ms``."""
     hw_stalled: bool = False
     stale: bool = False
+    committed_end: int | None = None
+    """The highest offset known committed in the current leader epoch's log (exclusive): sampled high
+    watermarks, HW checkpoints, the leader's log end offset while the ISR is the leader alone. A leader change
+    moves it into :attr:`PartitionMeta.loss`."""
 
     @classmethod
     def new(cls, cluster: str, topic: str, partition: int, topic_id: str | None = None) -> PartitionState:
@@ -131,17 +156,22 @@ _IDENTITY = ("cluster", "topic", "partition")
 assert tuple(f.name for f in fields(PartitionMeta)[:3]) == _IDENTITY
 _meta_rest = attrgetter(*(f.name for f in fields(PartitionMeta)[3:]))
 _state_rest = attrgetter(*(f.name for f in fields(PartitionState)[1:]))
+_LOSS = [f.name for f in fields(PartitionMeta)[3:]].index("loss")
 
 
 def dump_state(state: PartitionState) -> bytes:
     """A state as its state bucket stores it: the two records' field values as tuples (no class names; the rare
-    ElectionBasis and ReplicaLog inside keep theirs), without the identity the bucket's key holds. 151 bytes for
+    ElectionBasis and ReplicaLog inside keep theirs; the ElectionLoss every partition that changed leader holds
+    goes as a plain tuple), without the identity the bucket's key holds. 151 bytes for
     a steady RF 3 partition, against 234 for the pickled objects; every micro-batch moves each bucket it reaches
     through the state store, so this is most of its state I/O.
 
     Positional: a field added to PartitionMeta or PartitionState goes at the end, with a default, and states
     written before it still load."""
-    return pickle.dumps((_meta_rest(state.meta), _state_rest(state)), protocol=pickle.HIGHEST_PROTOCOL)
+    meta = _meta_rest(state.meta)
+    if state.meta.loss is not None:
+        meta = (*meta[:_LOSS], tuple(state.meta.loss), *meta[_LOSS + 1 :])
+    return pickle.dumps((meta, _state_rest(state)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def load_state(key: PartitionKey, data: bytes) -> PartitionState:
@@ -150,4 +180,6 @@ def load_state(key: PartitionKey, data: bytes) -> PartitionState:
     if isinstance(value, PartitionState):
         return value
     meta, rest = value
+    if len(meta) > _LOSS and meta[_LOSS] is not None:
+        meta = (*meta[:_LOSS], ElectionLoss(*meta[_LOSS]), *meta[_LOSS + 1 :])
     return PartitionState(PartitionMeta(*key, *meta), *rest)

@@ -23,6 +23,7 @@ from streaming.detect import (
 )
 from streaming.state import (
     ElectionBasis,
+    ElectionLoss,
     PartitionMeta,
     PartitionState,
     ReplicaLog,
@@ -776,7 +777,7 @@ def test_state_pickles_and_stays_small() -> None:
 
 def test_the_state_store_codec_keeps_every_field() -> None:
     """dump_state/load_state, the bucket's per-partition format: every field set (checked: a field added later
-    must be set here too), and every state of an eventful sequence; states pickled whole (until session 8)
+    must be set here too), and every state of an eventful sequence; states pickled whole (the format before)
     still load."""
     from dataclasses import fields
 
@@ -785,10 +786,12 @@ def test_the_state_store_codec_keeps_every_field() -> None:
         min_insync_replicas=2, offline=True, under_min_isr=True, epoch_regressed_to=5,
         before_offline=ElectionBasis(1, 6, (1, 2), None), isr_changes=((1000, 3), (2000, 3)),
         flapping_reported_ms=2000, epoch_lineage=((0, 0), (7, 100)), lineage_leader_epoch=7,
-        replica_logs={1: ReplicaLog(900, 4, 130, 120, 6, ((0, 0), (6, 100)))}, diverged={1: 100})
+        replica_logs={1: ReplicaLog(900, 4, 130, 120, 6, ((0, 0), (6, 100)))}, diverged={1: 100},
+        loss=ElectionLoss(1, 6, True, 130, 100, 30))
     rich = PartitionState(meta, sample_time_ms=3000, cycle=3, received_ms=3100, high_watermark=100,
                           log_start_offset=10, log_end_offsets={2: 100, 3: 90}, last_log_end_offsets={1: 130, 2: 100},
-                          hw_stuck_since_ms=1000, hw_stuck_log_end_offset=100, hw_stalled=True, stale=True)
+                          hw_stuck_since_ms=1000, hw_stuck_log_end_offset=100, hw_stalled=True, stale=True,
+                          committed_end=100)
     blank = PartitionState.new("c", "t", 3)
     assert [f.name for f in fields(PartitionMeta) if getattr(meta, f.name) == getattr(blank.meta, f.name)] == [
         "cluster", "topic", "partition"]  # the identity, which the bucket's key holds

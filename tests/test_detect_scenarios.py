@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from replmon.contracts.events import Event, EventType
+from replmon.contracts.events import Event, EventType, Severity
 from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, ReplicaSample
 from replmon.core.config import StreamConfig
 from streaming.detect import DetectConfig, PartitionMetrics, expire, step, step_replica
@@ -49,13 +49,14 @@ def psample(
 
 
 def rsample(
-    t: int, broker: int, leo: int, last_batch_epoch: int, lineage: Iterable[tuple[int, int]] = ()
+    t: int, broker: int, leo: int, last_batch_epoch: int, lineage: Iterable[tuple[int, int]] = (),
+    hw_checkpoint: int | None = None,
 ) -> ReplicaSample:
     """What the log-dir agent on ``broker``'s host publishes (it reads the disk, also while the broker is down)."""
     return ReplicaSample(
         cluster="legacy", agent_id=f"agent-{broker}", cycle=t, sample_time_ms=t * S + 300, broker_id=broker,
         log_dir=f"/var/kafka/{broker}", topic=TOPIC, partition=PARTITION, log_end_offset=leo,
-        last_batch_leader_epoch=last_batch_epoch,
+        last_batch_leader_epoch=last_batch_epoch, high_watermark_checkpoint=hw_checkpoint,
         epoch_lineage=[EpochEntry(leader_epoch=e, start_offset=o) for e, o in lineage],
     )  # fmt: skip
 
@@ -208,17 +209,93 @@ def test_unclean_election_loses_committed_messages() -> None:
     assert change.previous_isr == [old_leader]
     lost = old_leader_leo - new_leader_leo
     (regression,) = p.of(EventType.HW_REGRESSION)
-    assert regression.committed_lost == lost
+    assert regression.committed_lost is None  # the count is DATA_LOSS's, from the lineage
+    (loss,) = p.of(EventType.DATA_LOSS)
+    assert (loss.committed_lost, loss.offset_start, loss.offset_end) == (lost, new_leader_leo, old_leader_leo)
+    assert (loss.previous_leader, loss.previous_leader_epoch, loss.leader) == (old_leader, old_epoch, new_leader)
     (divergence,) = p.of(EventType.EPOCH_DIVERGENCE)
     assert divergence.brokers == [old_leader, new_leader]
     assert (divergence.offset_start, divergence.offset_end) == (new_leader_leo, old_leader_leo)
+    assert (divergence.severity, divergence.uncommitted_lost) == (Severity.CRITICAL, 0)  # all committed
     (truncation,) = p.of(EventType.LOG_TRUNCATION)
-    assert (truncation.brokers, truncation.truncated) == ([old_leader], lost)
+    assert (truncation.brokers, truncation.truncated, truncation.uncommitted_lost) == ([old_leader], lost, 0)
     assert [e.type for e in p.of(EventType.OFFLINE_START) + p.of(EventType.OFFLINE_END)] == [
         EventType.OFFLINE_START, EventType.OFFLINE_END,
     ]  # fmt: skip
     assert slow not in divergence.brokers  # behind, not diverging
     assert p.state is not None and p.state.meta.diverged == {}  # broker 1 agrees again after truncating
+
+
+@pytest.mark.parametrize("agent_first", [False, True], ids=["lineage-first", "old-leaders-disk-first"])
+def test_unclean_loss_is_exact_while_producers_keep_writing(agent_first: bool) -> None:
+    """The followers left the ISR; leader 1, alone in it, keeps appending (and so committing) after the last
+    sample, then dies; stale broker 2 is elected uncleanly and producers at once write to it, so its HW passes
+    the last sampled one before replmon samples it: no HW regression to see. The loss is still exact: what
+    broker 1's disk holds (its log end offset, all committed while it led alone) above where broker 2's lineage
+    leaves epoch 4. Reported once in all, in disjoint ranges when the disk is read after the lineage."""
+    old, new, other = 1, 2, 3
+    lineage = [(0, 0), (4, 1000)]
+    divergence, last_sampled_hw, disk_leo = 1200, 1400, 1553
+    p = Partition(CFG)
+    p.sampler(psample(1, old, 4, [old, new, other], 1200, {old: 1200, new: 1200, other: 1200}, lineage=lineage))
+    p.sampler(psample(2, old, 4, [old], last_sampled_hw, {old: last_sampled_hw, new: None, other: None}))
+    # broker 1 wrote on to 1553 and died; broker 2 elected, producers moved to it
+    new_lineage = [*lineage, (6, divergence)]
+    disk = rsample(3, old, disk_leo, 4, lineage, hw_checkpoint=1350)
+    if agent_first:
+        p.agent(disk)
+    p.sampler(psample(3, new, 6, [new], 1700, {old: None, new: 1700, other: None}, lineage=new_lineage))
+    if not agent_first:
+        p.agent(disk)
+
+    (change,) = p.of(EventType.LEADER_CHANGE)
+    assert change.clean is False
+    assert p.of(EventType.HW_REGRESSION) == []  # 1700 > 1400: two HW samples show no loss at all
+    losses = p.of(EventType.DATA_LOSS)
+    assert sum(e.committed_lost or 0 for e in losses) == disk_leo - divergence
+    ranges = [(e.offset_start, e.offset_end) for e in losses]
+    assert ranges == ([(divergence, disk_leo)] if agent_first else [(divergence, last_sampled_hw),
+                                                                   (last_sampled_hw, disk_leo)])
+    assert all(e.severity is Severity.CRITICAL for e in losses)
+    (div,) = p.of(EventType.EPOCH_DIVERGENCE)
+    assert (div.offset_start, div.offset_end, div.severity, div.uncommitted_lost) == (
+        divergence, disk_leo, Severity.CRITICAL, 0)
+    # replayed, nothing new
+    assert p.state is not None
+    again = Partition(CFG)
+    again.state = p.state
+    again.agent(rsample(3, old, disk_leo, 4, lineage, hw_checkpoint=1350))
+    assert again.events == []
+    # Broker 1 returns, truncates to 1200 and fetches on: by the agent's next reading its log is past 1553.
+    p.sampler(psample(4, new, 6, [new], 1900, {old: 1890, new: 1900, other: None}))
+    p.agent(rsample(4, old, 1890, 6, new_lineage))
+    (truncation,) = p.of(EventType.LOG_TRUNCATION)
+    assert (truncation.brokers, truncation.offset_start, truncation.offset_end) == ([old], divergence, disk_leo)
+    assert (truncation.truncated, truncation.uncommitted_lost) == (disk_leo - divergence, 0)
+
+
+def test_clean_failover_with_an_unreplicated_tail_is_not_critical() -> None:
+    """acks=1 writes: leader 1 appended up to 2040 while the ISR (all three) had replicated, and so committed,
+    up to 2000. It dies; broker 2, in the ISR, is elected cleanly with its log ending at 2010. The 30 messages only
+    broker 1 held were never committed: a warning with their count, no DATA_LOSS, no critical event; broker 1
+    truncates them when it returns."""
+    old, new, other = 1, 2, 3
+    lineage = [(0, 0), (4, 1000)]
+    p = Partition(CFG)
+    p.sampler(psample(1, old, 4, [old, new, other], 2000, {old: 2040, new: 2010, other: 2005}, lineage=lineage))
+    new_lineage = [*lineage, (5, 2010)]
+    p.sampler(psample(2, new, 5, [new, other], 2010, {old: None, new: 2050, other: 2050}, lineage=new_lineage))
+    p.agent(rsample(2, old, 2040, 4, lineage, hw_checkpoint=1990))  # broker 1's disk, while it is down
+    p.agent(rsample(3, old, 2010, 4, lineage))  # back: truncated to where epoch 4 ends on the leader
+
+    (change,) = p.of(EventType.LEADER_CHANGE)
+    assert change.clean is True
+    assert p.of(EventType.DATA_LOSS) == [] and p.of(EventType.HW_REGRESSION) == []
+    (div,) = p.of(EventType.EPOCH_DIVERGENCE)
+    assert (div.offset_start, div.offset_end, div.severity, div.uncommitted_lost) == (2010, 2040, Severity.WARNING, 30)
+    (truncation,) = p.of(EventType.LOG_TRUNCATION)
+    assert (truncation.brokers, truncation.truncated, truncation.uncommitted_lost) == ([old], 30, 30)
+    assert not [e for e in p.events if e.severity is Severity.CRITICAL]
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -156,7 +156,11 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     port = exporter.serve("127.0.0.1", 0)
     exporter.update_partitions(metrics_rows(10, unhealthy={4, 8}))
     exporter.count_events([
-        {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": 42},
+        {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": 42},  # no lineage known
+        {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": None},  # counted by DATA_LOSS
+        {"cluster": "c", "topic": "t", "type": "DATA_LOSS", "committed_lost": 8},
+        {"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "severity": "warning"},  # never committed
+        {"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "severity": "critical"},
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": False},
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": True},
     ])
@@ -174,7 +178,8 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
                           "replmon_broker_max_replica_lag_messages": {"1": 0.0, "2": 0.0, "3": 7.0}}
     lag = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_lag_messages"]}
     assert lag[("4", "3")] == 7.0 and lag[("4", "1")] == 0.0
-    assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 42.0)]
+    assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 50.0)]
+    assert m["replmon_epoch_divergences_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_job_partition_series_dropped"] == [({}, 7.0)]
     # a newer row of a partition replaces the older one
@@ -214,7 +219,7 @@ def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch()
 def test_everything_exported_is_in_the_catalogue() -> None:
     exporter = JobExporter(series_budget=100)
     exporter.update_partitions(metrics_rows(2, unhealthy={1}))
-    exporter.count_events([{"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE"}])
+    exporter.count_events([{"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "severity": "critical"}])
     exporter.count("replmon_quarantined_samples_total", ("malformed_json",))
     exporter.set_job("replmon_job_batch_duration_seconds", 1.5)
     names = {f.name + ("_total" if f.type == "counter" else "") for f in exporter.collect()}

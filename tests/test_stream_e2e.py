@@ -121,8 +121,9 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
                                  and e["leader"] == 2)
     assert change["clean"] is False
-    regression = pipeline.wait_event("HW_REGRESSION", of(e2e_topic, "HW_REGRESSION"))
-    assert regression["committed_lost"] == len(lost)
+    data_loss = pipeline.wait_event("DATA_LOSS", of(e2e_topic, "DATA_LOSS"))
+    assert data_loss["committed_lost"] == len(lost)
+    assert (data_loss["offset_start"], data_loss["offset_end"]) == (end, high_watermark)
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
                == len(lost), DEADLINE_S, "the committed-loss counter")
     assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1

@@ -19,6 +19,7 @@ class EventType(StrEnum):
     ISR_EXPAND = "ISR_EXPAND"
     LEADER_CHANGE = "LEADER_CHANGE"
     HW_REGRESSION = "HW_REGRESSION"
+    DATA_LOSS = "DATA_LOSS"
     LOG_TRUNCATION = "LOG_TRUNCATION"
     EPOCH_DIVERGENCE = "EPOCH_DIVERGENCE"
     EPOCH_REGRESSION = "EPOCH_REGRESSION"
@@ -66,11 +67,11 @@ class Event(BaseModel):
     leader: int | None = None
     """The partition's leader after the event (-1: none, the partition is offline)."""
     previous_leader: int | None = None
-    """LEADER_CHANGE, OFFLINE_START, HW_REGRESSION: the leader before."""
+    """LEADER_CHANGE, OFFLINE_START, HW_REGRESSION, DATA_LOSS: the leader before."""
     leader_epoch: int | None = None
     """The leader epoch after the event."""
     previous_leader_epoch: int | None = None
-    """LEADER_CHANGE, EPOCH_REGRESSION, HW_REGRESSION: the leader epoch before."""
+    """LEADER_CHANGE, EPOCH_REGRESSION, HW_REGRESSION, DATA_LOSS: the leader epoch before."""
     clean: bool | None = None
     """LEADER_CHANGE only: True when the new leader was in the previous ISR or ELR, False for an UNCLEAN election
     (a replica outside both became leader), None when there was nothing to judge against."""
@@ -82,7 +83,14 @@ class Event(BaseModel):
     """Messages: the follower lag (leader's log end offset - the follower's) of the broker that left or joined the
     ISR; for HW_STALLED, the leader's log end offset - the high watermark."""
     committed_lost: int | None = None
-    """HW_REGRESSION: committed messages lost, the previous high watermark - the new one."""
+    """DATA_LOSS: committed messages a leader change destroyed, ``[offset_start, offset_end)``: the old leader epochs'
+    committed end - where the new leader's log leaves them (from its epoch lineage), whatever was written since.
+    HW_REGRESSION carries it only for a partition without any known lineage (pre-0.11 message formats): the
+    previous high watermark - the new one."""
+    uncommitted_lost: int | None = None
+    """EPOCH_DIVERGENCE, LOG_TRUNCATION: of the offsets at stake, those above every committed offset: messages a
+    leader appended that no ISR ever covered (acknowledged at most to acks=0/1 producers). None when the committed
+    end is unknown."""
     truncated: int | None = None
     """LOG_TRUNCATION: messages a replica removed from its log, its previous log end offset - the new one."""
     offset_start: int | None = None
@@ -121,16 +129,27 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         "leader held is lost."),
     EventType.HW_REGRESSION: EventTypeSpec(
         (Severity.CRITICAL,), "critical",
-        "The partition's high watermark went down: `committed_lost` committed messages, offsets "
-        "`[offset_start, offset_end)`, are gone.",
+        "The partition's high watermark went down from `offset_end` to `offset_start` (the loss itself is "
+        "DATA_LOSS; `committed_lost` here only for a partition without any epoch lineage).",
         "An unclean election: the new leader's log ends below what the old one had committed."),
+    EventType.DATA_LOSS: EventTypeSpec(
+        (Severity.CRITICAL,), "critical",
+        "A leader change destroyed `committed_lost` committed messages, offsets `[offset_start, offset_end)`: the "
+        "new leader's log leaves the old leader epochs (`previous_leader_epoch`) below what they had committed. "
+        "Exact from the new leader's epoch lineage, whatever producers write after the election; reported again, "
+        "for the further offsets only, when later evidence (an agent's reading of the old leader's disk) shows "
+        "more was committed.",
+        "An unclean election (a replica outside the ISR and ELR became leader), or a clean one after a replica "
+        "lost acknowledged data on disk (an unflushed log after a power loss)."),
     EventType.LOG_TRUNCATION: EventTypeSpec(
         (Severity.WARNING,), "warning",
-        "A replica's log end offset went down by `truncated` messages (`brokers`: whose).",
+        "A replica's log end offset went down by `truncated` messages (`brokers`: whose); `uncommitted_lost` of "
+        "them had never been committed.",
         "A follower truncating to its new leader's log after a leader change (messages it held that the leader "
         "never had), or a replica recovering from an unclean shutdown."),
     EventType.EPOCH_DIVERGENCE: EventTypeSpec(
-        (Severity.CRITICAL,), "critical",
+        (Severity.WARNING, Severity.CRITICAL), "critical when the range holds committed offsets (or the committed "
+        "end is unknown); warning for a never-committed tail (`uncommitted_lost` messages)",
         "A replica's leader-epoch lineage disagrees with its leader's from `offset_start` on: the same offsets hold "
         "different messages.",
         "An unclean election, or a leader change that left a replica with a tail the new leader does not have "

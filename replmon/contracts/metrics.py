@@ -82,9 +82,11 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_unclean_leader_elections_total", "counter", TOPIC,
                "Leader changes to a replica outside the previous ISR and ELR."),
     MetricSpec("replmon_committed_messages_lost_total", "counter", TOPIC,
-               "Committed messages lost: the sum of high watermark regressions."),
+               "Committed messages lost: the sum of DATA_LOSS events (a leader change's committed offsets the new "
+               "leader's log does not hold)."),
     MetricSpec("replmon_epoch_divergences_total", "counter", TOPIC,
-               "Replicas found with a lineage that disagrees with the leader's."),
+               "Replicas found with a lineage that disagrees with the leader's over committed offsets (critical "
+               "EPOCH_DIVERGENCE; a never-committed tail does not count)."),
     # --- the job itself ---
     MetricSpec("replmon_quarantined_samples_total", "counter", ("reason",),
                "Samples that failed parsing or validation, by reason; they go to the quarantine topic."),

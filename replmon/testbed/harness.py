@@ -34,6 +34,8 @@ from streaming.exporter import Scraped, scrape
 
 STAGES = ("collect", "stream")
 """The stages a pipeline runs, in the order they start."""
+AGENT_PREFIX = "agent-"
+"""A log-dir agent's stage name: ``agent-<broker id>`` (:meth:`Pipeline.spawn_agents`)."""
 JOB_START_TIMEOUT_S = 240.0
 """Spark's start and first micro-batch: ~40 s alone, minutes on a shared 2-core machine under other Spark jobs."""
 EVENT_TIMEOUT_S = 120.0
@@ -177,7 +179,19 @@ class Pipeline:
         return self.root / f"{stage}.log"
 
     def command(self, stage: str) -> list[str]:
+        """``replmon <stage>``; ``agent-<broker id>`` is the log-dir agent beside that broker of the watched
+        cluster."""
+        if stage.startswith(AGENT_PREFIX):
+            broker = int(stage[len(AGENT_PREFIX):])
+            return stage_command("agent", self.configs.get("agent", self.config), "--log-dir",
+                                 str(self.cluster.broker_log_dir(broker)), "--broker-id", str(broker))
         return stage_command(stage, self.configs.get(stage, self.config))
+
+    def spawn_agents(self) -> None:
+        """A log-dir agent beside each broker of the watched cluster (it reads the disk also while its broker is
+        down), as ``replmon run`` starts them."""
+        for broker in self.cluster.broker_ids:
+            self.spawn(f"{AGENT_PREFIX}{broker}")
 
     def spawn(self, stage: str) -> subprocess.Popen[bytes]:
         """Start ``stage`` (again: the job resumes from its checkpoint), its output appended to its log."""

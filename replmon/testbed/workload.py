@@ -28,6 +28,11 @@ class Acknowledged:
         return {seq: off for seq, (p, off) in self.offsets.items() if p == partition}
 
 
+REBOOTSTRAP_AFTER_S = 3.0
+"""A producer whose sends failed and none succeeded for this long starts a new client (see
+SequencedProducer._maybe_rebootstrap)."""
+
+
 class SequencedProducer:
     """Writes ``seq`` numbers (``b"<seq>"``) to a topic from a background thread until stopped.
 
@@ -55,7 +60,7 @@ class SequencedProducer:
         self._running.set()
         self._sending = threading.Lock()
         """Held by the loop while it sends one message; pause() waits for it."""
-        self._producer = KafkaProducer(
+        self._config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap_servers, acks=acks, linger_ms=5, retries=2,
             request_timeout_ms=5000, delivery_timeout_ms=12000, max_block_ms=5000,
             # A killed leader stays leader in the metadata until the controller fences it
@@ -64,6 +69,8 @@ class SequencedProducer:
             metadata_max_age_ms=1000, reconnect_backoff_max_ms=1000,
             client_id=f"replmon-workload-{topic}", **client,
         )
+        self._producer = KafkaProducer(**self._config)
+        self._last_ack = self._last_error = self._rebootstrapped = time.monotonic()
         self._thread = threading.Thread(target=self._loop, name=f"producer-{topic}", daemon=True)
 
     def __enter__(self) -> SequencedProducer:
@@ -82,6 +89,7 @@ class SequencedProducer:
                 continue
             with self._sending:
                 if self._running.is_set():  # pause() may have come between the wait and here
+                    self._maybe_rebootstrap()
                     self.send_one()
             self._stop.wait(self.interval_s)
 
@@ -101,10 +109,30 @@ class SequencedProducer:
     def _on_ack(self, seq: int, metadata: Any) -> None:
         with self._lock:
             self.ack.offsets[seq] = (metadata.partition, metadata.offset)
+            self._last_ack = time.monotonic()
 
     def _on_error(self, _exc: BaseException) -> None:
         with self._lock:
             self.ack.failed += 1
+            self._last_error = time.monotonic()
+
+    def _maybe_rebootstrap(self) -> None:
+        """A new client when sends have failed, and none succeeded, for REBOOTSTRAP_AFTER_S. kafka-python asks
+        for metadata only the brokers of its last answer: once those died (a leader alone in the ISR, then
+        killed) it never finds the rest of the cluster again, where Java's client re-bootstraps
+        (metadata.recovery.strategy). Messages still pending in the old client fail."""
+        now = time.monotonic()
+        with self._lock:
+            stuck = self._last_error > self._last_ack and now - self._last_ack > REBOOTSTRAP_AFTER_S
+        if not stuck or now - self._rebootstrapped < REBOOTSTRAP_AFTER_S:
+            return
+        self._rebootstrapped = now
+        try:
+            fresh = KafkaProducer(**self._config)
+        except Exception:
+            return  # no broker answers yet: try again later
+        old, self._producer = self._producer, fresh
+        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
 
     def pause(self) -> None:
         """Stop writing; returns with every message sent so far acknowledged or failed (a send the loop had begun
@@ -150,6 +178,11 @@ class SequencedProducer:
             self._producer.close(timeout=5)
 
 
+def _close_quietly(producer: KafkaProducer) -> None:
+    with contextlib.suppress(Exception):
+        producer.close(timeout=0)
+
+
 def readable_sequences(
     bootstrap_servers: str, topic: str, partitions: Iterable[int] = (0,), timeout_s: float = 30.0, **client: Any
 ) -> dict[int, tuple[int, int]]:
@@ -173,3 +206,13 @@ def readable_sequences(
         return found
     finally:
         consumer.close()
+
+
+def unreadable(acknowledged: dict[int, tuple[int, int]], readable: dict[int, tuple[int, int]]) -> set[int]:
+    """The acknowledged sequences a consumer no longer finds, among those acknowledged at offsets it read past
+    (a message acknowledged after the read is not judged)."""
+    ends: dict[int, int] = {}
+    for partition, offset in readable.values():
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return {seq for seq, (partition, offset) in acknowledged.items()
+            if seq not in readable and offset < ends.get(partition, 0)}
