@@ -473,11 +473,13 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
         isr, elr = (pm.isr, pm.elr) if basis is None or pm.isr or pm.elr else (basis.isr, basis.elr)
         previous_leader = None if basis is None else basis.leader
         previous_epoch = pm.leader_epoch if basis is None else basis.leader_epoch
+        last_online_isr = isr if basis is None else basis.isr
         m.before_offline = None
     else:
         isr, elr = pm.isr, pm.elr
         previous_leader = pm.leader
         previous_epoch = pm.leader_epoch
+        last_online_isr = isr
     if m.leader in isr or (elr is not None and m.leader in elr):
         clean: bool | None = True
     elif not isr and elr is None:
@@ -501,8 +503,8 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
     )  # fmt: skip
     if previous_leader is not None:
         # What the old epochs committed is judged against the new leader's log once its lineage is known.
-        m.loss = ElectionLoss(previous_leader, previous_epoch, tuple(isr) == (previous_leader,), st.committed_end,
-                              None, 0)  # fmt: skip
+        alone = tuple(last_online_isr) == (previous_leader,)
+        m.loss = ElectionLoss(previous_leader, previous_epoch, alone, st.committed_end, None, 0)
         st.committed_end = None
 
 
@@ -695,7 +697,10 @@ def _note_disk_commit(st: PartitionState, broker: int, log: ReplicaLog) -> None:
     if tail is not None and tail > m.leader_epoch:
         return  # the disk is ahead of our metadata: judge on a later sample
     found = [log.high_watermark_checkpoint]
-    if m.isr == (broker,) and m.leader in (broker, -1):  # offline: the controller keeps the last ISR member
+    basis = m.before_offline
+    if (m.leader == broker and m.isr == (broker,)) or (
+        m.leader < 0 and basis is not None and basis.leader == broker and basis.isr == (broker,)
+    ):  # the leader alone in the ISR, or it was when the partition went offline
         found.append(log.log_end_offset)
     committed = max((o for o in found if o is not None), default=None)
     if committed is not None and (st.committed_end is None or committed > st.committed_end):

@@ -274,6 +274,20 @@ def test_unclean_loss_is_exact_while_producers_keep_writing(agent_first: bool) -
     assert (truncation.truncated, truncation.uncommitted_lost) == (disk_leo - divergence, 0)
 
 
+def test_unclean_loss_counts_the_dead_leaders_disk_when_the_controller_emptied_the_isr() -> None:
+    """With eligible leader replicas (KIP-966) the controller may leave the ISR empty and the dead leader in the
+    ELR while the partition is offline: the leader led alone when it was last seen online, so its disk, read while
+    it is down, is committed all the same."""
+    old, new = 1, 2
+    lineage = [(0, 0), (4, 1000)]
+    p = Partition(CFG)
+    p.sampler(psample(1, old, 4, [old], 1400, {old: 1400, new: None}, lineage=lineage))
+    p.sampler(psample(2, -1, 5, [], None, {old: None, new: None}))
+    p.agent(rsample(2, old, 1460, 4, lineage))  # it wrote on after the last sample, then died
+    p.sampler(psample(3, new, 6, [new], 1250, {old: None, new: 1250}, lineage=[*lineage, (6, 1200)]))
+    assert sum(e.committed_lost or 0 for e in p.of(EventType.DATA_LOSS)) == 1460 - 1200
+
+
 def test_clean_failover_with_an_unreplicated_tail_is_not_critical() -> None:
     """acks=1 writes: leader 1 appended up to 2040 while the ISR (all three) had replicated, and so committed,
     up to 2000. It dies; broker 2, in the ISR, is elected cleanly with its log ending at 2010. The 30 messages only
