@@ -173,8 +173,8 @@ def step_dict(
     if log_start_offset is not None:
         st.log_start_offset = log_start_offset
     _note_sampled_commit(st, hw)
-    if st.meta.loss is not None:
-        _settle_loss(st, out)
+    if st.meta.loss is not None and st.meta.loss.divergence is None:
+        _settle_loss(st, out)  # a sample changes a settled loss only by the lineage that settles it
 
     st.sample_time_ms = t
     st.cycle = cycle
@@ -668,14 +668,8 @@ def _note_sampled_commit(st: PartitionState, hw: int | None) -> None:
     """The sample's high watermark is committed; so is the leader's whole log while the ISR is the leader alone
     (the HW is then its log end offset)."""
     m = st.meta
-    committed = st.committed_end
-    if hw is not None and (committed is None or hw > committed):
-        committed = hw
-    if m.leader >= 0 and m.isr == (m.leader,):
-        leo = st.log_end_offsets.get(m.leader)
-        if leo is not None and (committed is None or leo > committed):
-            committed = leo
-    st.committed_end = committed
+    alone = m.leader >= 0 and m.isr == (m.leader,)
+    st.committed_end = _latest(st.committed_end, hw, st.log_end_offsets.get(m.leader) if alone else None)
 
 
 def _note_disk_commit(st: PartitionState, broker: int, log: ReplicaLog) -> None:
@@ -687,24 +681,23 @@ def _note_disk_commit(st: PartitionState, broker: int, log: ReplicaLog) -> None:
     tail = _tail_epoch(log)
     loss = m.loss
     if loss is not None and tail is not None and tail <= loss.previous_leader_epoch:
-        found = [log.high_watermark_checkpoint]
-        if loss.leader_alone and broker == loss.previous_leader:
-            found.append(log.log_end_offset)
-        committed = max((o for o in found if o is not None), default=None)
-        if committed is not None and (loss.committed_end is None or committed > loss.committed_end):
+        alone = loss.leader_alone and broker == loss.previous_leader
+        committed = _latest(loss.committed_end, log.high_watermark_checkpoint, log.log_end_offset if alone else None)
+        if committed != loss.committed_end:
             m.loss = loss._replace(committed_end=committed)
         return
     if tail is not None and tail > m.leader_epoch:
         return  # the disk is ahead of our metadata: judge on a later sample
-    found = [log.high_watermark_checkpoint]
     basis = m.before_offline
-    if (m.leader == broker and m.isr == (broker,)) or (
+    alone = (m.leader == broker and m.isr == (broker,)) or (
         m.leader < 0 and basis is not None and basis.leader == broker and basis.isr == (broker,)
-    ):  # the leader alone in the ISR, or it was when the partition went offline
-        found.append(log.log_end_offset)
-    committed = max((o for o in found if o is not None), default=None)
-    if committed is not None and (st.committed_end is None or committed > st.committed_end):
-        st.committed_end = committed
+    )  # the leader alone in the ISR, or it was when the partition went offline
+    st.committed_end = _latest(st.committed_end, log.high_watermark_checkpoint, log.log_end_offset if alone else None)
+
+
+def _latest(*offsets: int | None) -> int | None:
+    """The highest of the known offsets; None when none is known."""
+    return max((o for o in offsets if o is not None), default=None)
 
 
 def _tail_epoch(log: ReplicaLog) -> int | None:
@@ -728,9 +721,7 @@ def _settle_loss(st: PartitionState, out: _Emitter) -> None:
             return
         loss = loss._replace(divergence=divergence)
         if loss.committed_end is not None:
-            carried = min(loss.committed_end, divergence)
-            if st.committed_end is None or carried > st.committed_end:
-                st.committed_end = carried
+            st.committed_end = _latest(st.committed_end, min(loss.committed_end, divergence))
     assert loss.divergence is not None
     lost = 0 if loss.committed_end is None else loss.committed_end - loss.divergence
     if lost > loss.reported:
