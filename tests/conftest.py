@@ -16,6 +16,7 @@ os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test
 
 from pyspark.sql import SparkSession
 
+from replmon.testbed.harness import AGENT_PREFIX
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.workload import SequencedProducer
@@ -180,6 +181,15 @@ def pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) ->
     Spark start for all of them); samples and events on a one-broker transport cluster."""
     with running_pipeline(cluster, tmp_path_factory) as p:
         yield p
+
+
+@pytest.fixture
+def agents(pipeline: Pipeline, cluster: LocalCluster) -> Iterator[None]:
+    """A log-dir agent beside each broker of the session cluster during the test, as ``replmon run`` starts
+    them: they read a broker's disk also while it is down."""
+    pipeline.spawn_agents()
+    yield
+    pipeline.stop(*(f"{AGENT_PREFIX}{b}" for b in cluster.broker_ids))
 
 
 @pytest.fixture(scope="session")

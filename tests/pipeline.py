@@ -16,7 +16,7 @@ from replmon.core.config import SecurityConfig
 from replmon.testbed import harness
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
-from replmon.testbed.workload import SequencedProducer, readable_sequences
+from replmon.testbed.workload import SequencedProducer, readable_sequences, unreadable
 
 TOPIC_PREFIX = "e2e-"
 TRANSPORT_TOPICS = "e2e.replmon"
@@ -63,58 +63,51 @@ def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:
     return lambda e: e["topic"] == topic and e["type"] == type_
 
 
+OLD_LEADER, STALE, OTHER = 1, 2, 3
+"""The unclean scenario's brokers: the leader that dies, the stale follower elected, the other follower."""
+
+
 @dataclass
 class UncleanLoss:
-    replicated_end: int
-    """Where every replica's log ended before the followers stopped: the unclean leader's epoch starts here."""
-    high_watermark: int
-    """The old leader's high watermark (its log end offset) before it died."""
     lost: set[int]
     """Acknowledged sequences that no consumer can read after the election."""
+    lost_offsets: list[int]
+    """Their offsets in the old leader's log, ascending."""
 
 
 def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
-                       producer_factory: Callable[..., SequencedProducer],
-                       before_leader_dies: Callable[[int], None]) -> UncleanLoss:
-    """Broker 1 leads ``topic``-0 (replicas 1, 2, 3, min.insync.replicas 1, acks=1 writes); the followers stop,
-    broker 1 alone takes 150 more messages, ``before_leader_dies(high_watermark)`` waits until the observer
-    under test saw them committed; broker 1 dies and broker 2, outside the ISR, is elected uncleanly. Checked
-    on Kafka's side (the local cluster's unclean election is tested here): exactly what only broker 1 held is
-    lost, everything replicated before is still readable."""
-    view.create_topic(topic, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
-    producer = producer_factory(topic, acks=1)
-    producer.wait_acknowledged(100)
-    producer.pause()
-    replicated = producer.acknowledged()  # on all three replicas once the HW covers them with a full ISR
-    end = max(offset for _, offset in replicated.values()) + 1
-    wait_until(lambda: view.high_watermark(topic) == end and len(view.partition(topic).isr) == 3,
-               30, "every replica to hold every message")
+                       producer_factory: Callable[..., SequencedProducer], before_second: int = 300,
+                       before_kill: int = 250) -> UncleanLoss:
+    """Broker 1 leads ``topic``-0 (replicas 1, 2, 3, min.insync.replicas 1) under an acks=1 producer (~150-200
+    msg/s) that never pauses. Follower 3 stops; ``before_second`` acknowledgements later follower 2 stops;
+    broker 1, alone in the ISR, commits all it appends; ``before_kill`` acknowledgements later it is SIGKILLed.
+    Stale broker 2 is elected uncleanly and the producer moves to it at once. Returns, broker 1 still down, once
+    the new leader's log has passed where broker 1's ended: the ground truth is what a consumer can no longer
+    read of what the producer saw acknowledged."""
+    view.create_topic(topic, assignment={0: [OLD_LEADER, STALE, OTHER]}, configs={"min.insync.replicas": "1"})
+    producer = producer_factory(topic, acks=1, interval_s=0.005)
+    producer.wait_acknowledged(300)
+    wait_until(lambda: len(view.partition(topic).isr) == 3, 30, "a full ISR")
 
-    cluster.stop(2)
-    cluster.stop(3)
-    wait_until(lambda: view.partition(topic).isr == [1], 30, "the ISR to shrink to the leader")
-    producer.resume()
-    producer.wait_acknowledged(150)  # acknowledged by broker 1 alone
-    producer.pause()
-    acknowledged = producer.acknowledged()
-    only_on_leader = set(acknowledged) - set(replicated)
-    assert len(only_on_leader) >= 150
-    # committed: min.insync.replicas=1 lets the HW cover what the lone leader holds
-    assert set(acknowledged) <= set(readable_sequences(cluster.live_bootstrap_servers, topic))
-    high_watermark = view.high_watermark(topic)
-    former = view.partition(topic)
-    before_leader_dies(high_watermark)
+    cluster.stop(OTHER)
+    producer.wait_acknowledged(before_second)
+    cluster.stop(STALE)
+    wait_until(lambda: view.partition(topic, via=OLD_LEADER).isr == [OLD_LEADER], 30, "the leader alone in the ISR")
+    producer.wait_acknowledged(before_kill)
+    cluster.kill(OLD_LEADER)
+    old_log_end = max(offset for _, offset in producer.acknowledged().values()) + 1  # at least; acks=1
 
-    cluster.kill(1)
-    cluster.start(2)  # a stale follower: not in the ISR, so no clean election can pick it
-    wait_until(lambda: view.partition(topic).leader == -1, 30, "the partition to go offline")
+    cluster.start(STALE)
+    wait_until(lambda: view.partition(topic, via=STALE).leader == -1, 30, "the partition offline")
     cluster.elect_unclean(topic, 0)
-    after = wait_until(lambda: (v := view.partition(topic)).leader == 2 and v, 30,
-                       "the unclean election of broker 2")
-    assert 2 not in former.isr and 2 not in former.elr
-    assert after.leader_epoch > former.leader_epoch
-    readable = set(readable_sequences(cluster.live_bootstrap_servers, topic))
-    lost = set(acknowledged) - readable
-    assert lost == only_on_leader, "exactly what only the old leader held is lost"
-    assert readable == set(replicated)
-    return UncleanLoss(end, high_watermark, lost)
+    wait_until(lambda: view.partition(topic, via=STALE).leader == STALE, 30, "the unclean election of broker 2")
+    # the producer writes on to the new leader: its log soon passes where the old one ended
+    wait_until(lambda: view.high_watermark(topic) > old_log_end + 100, 60, "the new leader's log past the old one")
+    acknowledged = producer.acknowledged()
+    lost = unreadable(acknowledged, readable_sequences(cluster.live_bootstrap_servers, topic))
+    assert lost, "the scenario lost acknowledged messages"
+    return UncleanLoss(lost, sorted(acknowledged[seq][1] for seq in lost))
+
+
+def events_of(pipeline: Pipeline, topic: str, type_: str) -> list[dict[str, Any]]:
+    return [e for e in pipeline.events() if of(topic, type_)(e)]

@@ -24,7 +24,16 @@ from dashboards.build import build_all
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster, NodeState
 from replmon.testbed.workload import SequencedProducer
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, cause_unclean_loss, of
+from tests.pipeline import (
+    DEADLINE_S,
+    OLD_LEADER,
+    STALE,
+    TOPIC_PREFIX,
+    Pipeline,
+    cause_unclean_loss,
+    events_of,
+    of,
+)
 from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -104,49 +113,40 @@ def test_killed_leader_gives_leader_change_with_the_next_epoch(
 
 
 def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_and_its_alerts(
-    pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
+    agents: None, pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
     e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    def seen_by_replmon(high_watermark: int) -> None:  # replmon and Prometheus must see the committed offsets
-        wait_until(lambda: pipeline.metric("replmon_partition_high_watermark", topic=e2e_topic, partition="0")
-                   == high_watermark, DEADLINE_S, "the high watermark gauge to reach Kafka's")
-        wait_until(lambda: [s for s in prometheus.query(f'replmon_partition_high_watermark{{topic="{e2e_topic}"}}')
-                            if float(s["value"][1]) == high_watermark], DEADLINE_S,
-                   "Prometheus to see Kafka's high watermark")
-        assert not prometheus.alerts(DATA_LOSS, topic=e2e_topic)
-
-    loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory, seen_by_replmon)
-    end, high_watermark, lost = loss.replicated_end, loss.high_watermark, loss.lost
+    """tests.pipeline.cause_unclean_loss, the producer writing on throughout: the events, the counters and the
+    alerts hold the consumer's ground truth; the agent beside the dead old leader reads its log and the job
+    reports the divergence before the broker comes back."""
+    loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory)
+    lost, first, end = loss.lost, loss.lost_offsets[0], loss.lost_offsets[-1] + 1
 
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
-                                 and e["leader"] == 2)
+                                 and e["leader"] == STALE)
     assert change["clean"] is False
-    data_loss = pipeline.wait_event("DATA_LOSS", of(e2e_topic, "DATA_LOSS"))
-    assert data_loss["committed_lost"] == len(lost)
-    assert (data_loss["offset_start"], data_loss["offset_end"]) == (end, high_watermark)
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
-               == len(lost), DEADLINE_S, "the committed-loss counter")
+               == len(lost), DEADLINE_S, "the committed-loss counter at the ground truth")
+    losses = events_of(pipeline, e2e_topic, "DATA_LOSS")
+    assert sum(e["committed_lost"] for e in losses) == len(lost)
+    assert (losses[0]["offset_start"], losses[-1]["offset_end"]) == (first, end)
     assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1
-    alert = prometheus.wait_firing(DATA_LOSS, topic=e2e_topic)
+    # once the whole count is scraped the alert's value, the counter itself (a new series), is the loss
+    alert = wait_until(lambda: [a for a in prometheus.alerts(DATA_LOSS, "firing", topic=e2e_topic)
+                                if float(a["value"]) == len(lost)], DEADLINE_S,
+                       "the data-loss alert at the messages lost", interval_s=1.0)[0]
     assert alert["labels"]["cluster"] == "local" and alert["labels"]["severity"] == "critical"
-    # first increment of a new series: the value is the counter itself, i.e. the messages lost
-    assert float(alert["value"]) == len(lost)
     assert prometheus.wait_firing(UNCLEAN, topic=e2e_topic)["labels"]["severity"] == "critical"
 
-    # The old leader is still down, its log holding what only it had. The log-dir agent reads that log from disk
-    # and the job reports the divergence and the offsets the broker will truncate, before it comes back.
-    agent = subprocess.run(
-        [sys.executable, "-m", "replmon.cli", "agent", "--log-dir", str(healthy_cluster.broker_log_dir(1)),
-         "--broker-id", "1", "--once", "--config", str(pipeline.config)],
-        capture_output=True, text=True, timeout=120)
-    assert agent.returncode == 0, agent.stdout + agent.stderr
+    # The old leader is still down, its log holding what only it had: read from its disk, the divergence and the
+    # offsets it will truncate are reported before it comes back.
     divergence = pipeline.wait_event("EPOCH_DIVERGENCE of the stopped old leader", lambda e: of(
-        e2e_topic, "EPOCH_DIVERGENCE")(e) and e["brokers"][0] == 1)
-    assert divergence["leader"] == 2 and divergence["leader_epoch"] == kafka_view.partition(e2e_topic).leader_epoch
-    assert divergence["offset_start"] == end, "where broker 2's log ended and its unclean epoch began"
-    assert divergence["offset_end"] == high_watermark, "the old leader's log end offset"
-    assert divergence["offset_end"] - divergence["offset_start"] == len(lost)
-    assert healthy_cluster.node_state(1) == NodeState.STOPPED, "reported before the old leader truncates"
+        e2e_topic, "EPOCH_DIVERGENCE")(e) and e["brokers"][0] == OLD_LEADER)
+    assert divergence["leader"] == STALE
+    assert divergence["leader_epoch"] == kafka_view.partition(e2e_topic).leader_epoch
+    assert (divergence["offset_start"], divergence["offset_end"]) == (first, end)
+    assert divergence["severity"] == "critical" and divergence["uncommitted_lost"] == 0
+    assert healthy_cluster.node_state(OLD_LEADER) == NodeState.STOPPED, "reported before the old leader truncates"
 
 
 # Panel queries that may legitimately return no data in this run, by the metric that has no series: counters
@@ -296,9 +296,6 @@ def test_bad_samples_are_quarantined_and_the_job_goes_on(
 
 def assert_events_command_lists(pipeline: Pipeline, topic: str) -> None:
     """`replmon events` prints, from the Parquet history, every event the events topic holds."""
-    import subprocess
-    import sys
-
     def printed() -> bool:
         ids = {e["event_id"] for e in pipeline.events()}
         out = subprocess.run([sys.executable, "-m", "replmon.cli", "events", "--config", str(pipeline.config)],
@@ -320,8 +317,6 @@ def assert_events_as_json(pipeline: Pipeline, topic: str) -> None:
     the events topic; `--follow` prints them and keeps reading until Ctrl-C."""
     import json
     import signal
-    import subprocess
-    import sys
 
     base = [sys.executable, "-m", "replmon.cli", "events", "--config", str(pipeline.config), "--json",
             "--topic", topic]
