@@ -1,9 +1,11 @@
 """The log-dir agent on the real local cluster: what it reads from disk is checked against Kafka's own view
-(replmon/testbed/kafka_view.py), including for brokers that are down."""
+(replmon/testbed/kafka_view.py) and, for the faults, against Kafka's own reading of the same files
+(kafka-dump-log, tests/kafka_dump.py), including for brokers that are down; producers write through every fault."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +14,7 @@ from replmon.cli import main
 from replmon.contracts.samples import EpochEntry, ReplicaSample, parse_sample
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster, NodeState
+from tests.kafka_dump import Batch, lineage_of, log_batches
 
 pytestmark = pytest.mark.cluster
 CTX = ScanContext(cluster="local", agent_id="test", cycle=0, sample_time_ms=0)
@@ -80,102 +83,103 @@ def test_leo_of_every_replica_matches_the_high_watermark(
     assert all(s.log_end_offset == hw and s.error is None for s in ours.values())
 
 
+def partition_dir(cluster: LocalCluster, broker_id: int, topic: str) -> Path:
+    return cluster.broker_log_dir(broker_id) / f"{topic}-0"
+
+
+def assert_reads_as_kafka(sample: ReplicaSample, kafka: list[Batch]) -> None:
+    """The agent's reading of a log Kafka's own dump tool read at rest: its end, its last batch's epoch, its
+    lineage."""
+    assert sample.error is None
+    assert sample.log_end_offset == kafka[-1].last_offset + 1
+    assert sample.last_batch_leader_epoch == kafka[-1].leader_epoch
+    assert [(e.leader_epoch, e.start_offset) for e in sample.epoch_lineage] == lineage_of(kafka)
+
+
 def test_reads_a_stopped_brokers_log_dir(
     healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
+    """Broker 3 stops while the producer writes on: its log on disk, read by the agent, is what Kafka's dump tool
+    reads there, and the others' logs go on past it."""
     view.create_topic(topic_name, assignment={0: [1, 2, 3]})
     producer = producer_factory(topic_name)
     producer.wait_acknowledged(100)
-    producer.pause()
-    hw_at_stop = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
-    lineage_at_stop = replica(healthy_cluster, 3, topic_name).epoch_lineage
+    wait_until(lambda: len(view.partition(topic_name).isr) == 3, 30, "a full ISR")
 
     healthy_cluster.stop(3)
-    producer.resume()
-    producer.wait_acknowledged(100)
-    producer.pause()
-    hw_now = view.high_watermark(topic_name)
-    assert hw_now > hw_at_stop
+    producer.wait_acknowledged(100)  # acks=all: committed without broker 3
     assert healthy_cluster.node_state(3) == NodeState.STOPPED
     stopped = replica(healthy_cluster, 3, topic_name)
-    assert stopped.error is None
-    assert stopped.log_end_offset == hw_at_stop
-    assert stopped.epoch_lineage == lineage_at_stop and stopped.epoch_lineage
+    assert_reads_as_kafka(stopped, log_batches(partition_dir(healthy_cluster, 3, topic_name)))
+    assert (stopped.log_end_offset or 0) < view.high_watermark(topic_name)
     # a follower learns the HW one fetch late; its shutdown checkpoints what it knew
-    assert 0 < (stopped.high_watermark_checkpoint or 0) <= hw_at_stop
-    assert replica(healthy_cluster, 1, topic_name).log_end_offset == hw_now
+    assert 0 < (stopped.high_watermark_checkpoint or 0) <= (stopped.log_end_offset or 0)
 
 
 def test_new_leader_lineage_after_a_leader_kill(
     healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
+    """Leader 2 is SIGKILLed while the producer writes on: the dead leader's log and the new leader's new epoch
+    entry, read by the agent, are what Kafka's dump tool reads in the same files."""
     view.create_topic(topic_name, assignment={0: [2, 3, 1]})
     producer = producer_factory(topic_name)
     producer.wait_acknowledged(100)
-    producer.pause()
-    hw_at_election = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
     before = view.partition(topic_name)
     assert before.leader == 2
 
     healthy_cluster.kill(2)
     after = wait_until(lambda: (v := view.partition(topic_name)).leader not in (2, -1) and v, 30,
                        "a new leader after the kill")
-    producer.resume()
     producer.wait_acknowledged(50)
-    producer.pause()
-    new_leader = replica(healthy_cluster, after.leader, topic_name)
-    new_entry = EpochEntry(leader_epoch=after.leader_epoch, start_offset=hw_at_election)
-    assert new_entry in new_leader.epoch_lineage
-    assert new_leader.epoch_lineage[-1].leader_epoch == after.leader_epoch
-    assert new_leader.last_batch_leader_epoch == after.leader_epoch
     killed = replica(healthy_cluster, 2, topic_name)  # the dead leader's log, read from disk
-    assert killed.log_end_offset == hw_at_election
+    assert_reads_as_kafka(killed, log_batches(partition_dir(healthy_cluster, 2, topic_name)))
     assert killed.last_batch_leader_epoch == before.leader_epoch
-    assert all(e.leader_epoch <= before.leader_epoch for e in killed.epoch_lineage)
+    new_leader = replica(healthy_cluster, after.leader, topic_name)
+    kafka = lineage_of(log_batches(partition_dir(healthy_cluster, after.leader, topic_name)))
+    started = dict(kafka)[after.leader_epoch]
+    assert EpochEntry(leader_epoch=after.leader_epoch, start_offset=started) in new_leader.epoch_lineage
+    assert new_leader.epoch_lineage[-1].leader_epoch == after.leader_epoch
+    assert started <= (killed.log_end_offset or 0), "the new epoch begins where the new leader's copy ended"
 
 
 def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
     healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
 ) -> None:
+    """The unclean scenario, an acks=1 producer writing throughout: the followers stop, leader 1 alone takes
+    writes and dies, stale broker 2 is elected. Read from disk before broker 1 returns, its log goes on past
+    where the new leader's lineage says its epoch ended: the offsets only it holds."""
     view.create_topic(topic_name, assignment={0: [1, 2, 3]}, configs={"min.insync.replicas": "1"})
     producer = producer_factory(topic_name, acks=1)
     producer.wait_acknowledged(100)
-    producer.pause()
-    replicated_to = wait_until(lambda: caught_up(healthy_cluster, view, topic_name), 30, "caught up")
+    wait_until(lambda: len(view.partition(topic_name).isr) == 3, 30, "a full ISR")
     healthy_cluster.stop(2)
     healthy_cluster.stop(3)
-    wait_until(lambda: view.partition(topic_name).isr == [1], 30, "the ISR to shrink to the leader")
-    producer.resume()
+    wait_until(lambda: view.partition(topic_name, via=1).isr == [1], 30, "the ISR to shrink to the leader")
     producer.wait_acknowledged(100)  # on broker 1 alone
-    producer.pause()
-    old_hw = view.high_watermark(topic_name)
-    former = view.partition(topic_name)
-    assert old_hw >= replicated_to + 100
+    former = view.partition(topic_name, via=1)
 
     healthy_cluster.kill(1)
     healthy_cluster.start(2)
-    # clients that saw every broker die may not find the cluster again: fresh ones for the rest
-    fresh = KafkaView(healthy_cluster.bootstrap_servers)
-    try:
-        wait_until(lambda: fresh.partition(topic_name).leader == -1, 30, "the partition to go offline")
-        healthy_cluster.elect_unclean(topic_name, 0)
-        after = wait_until(lambda: (v := fresh.partition(topic_name)).leader == 2 and v, 30,
-                           "broker 2 to become leader by unclean election")
-    finally:
-        fresh.close()
+    wait_until(lambda: view.partition(topic_name, via=2).leader == -1, 30, "the partition to go offline")
+    healthy_cluster.elect_unclean(topic_name, 0)
+    after = wait_until(lambda: (v := view.partition(topic_name, via=2)).leader == 2 and v, 30,
+                       "broker 2 to become leader by unclean election")
     # the new leader writes new messages at offsets where the old leader holds others
-    producer_factory(topic_name, acks=1).wait_acknowledged(20)
+    producer.wait_acknowledged(100)
 
     assert healthy_cluster.node_state(1) == NodeState.STOPPED  # before the old leader restarts
     old = replica(healthy_cluster, 1, topic_name)
+    old_kafka = log_batches(partition_dir(healthy_cluster, 1, topic_name))
+    assert_reads_as_kafka(old, old_kafka)
+    assert old.last_batch_leader_epoch == former.leader_epoch
     new = replica(healthy_cluster, 2, topic_name)
-    assert old.log_end_offset == old_hw and old.last_batch_leader_epoch == former.leader_epoch
-    assert EpochEntry(leader_epoch=after.leader_epoch, start_offset=replicated_to) in new.epoch_lineage
+    started = dict(lineage_of(log_batches(partition_dir(healthy_cluster, 2, topic_name))))[after.leader_epoch]
+    assert EpochEntry(leader_epoch=after.leader_epoch, start_offset=started) in new.epoch_lineage
     assert after.leader_epoch not in {e.leader_epoch for e in old.epoch_lineage}
     # where the new lineage says the old leader's last epoch ended, the old leader's log goes on: divergence
     old_last_epoch = old.epoch_lineage[-1].leader_epoch
     new_end_of_it = min(e.start_offset for e in new.epoch_lineage if e.leader_epoch > old_last_epoch)
-    assert new_end_of_it == replicated_to < old.log_end_offset
+    assert new_end_of_it == started < (old.log_end_offset or 0)
     assert (old.log_end_offset or 0) - new_end_of_it >= 100  # offsets held by the old leader alone
 
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import struct
-import subprocess
 import zipfile
 from collections import Counter
 from collections.abc import Callable, Iterable
@@ -50,6 +49,7 @@ from collectors.logdir.metadata.specs import (
 )
 from replmon.testbed.kafka_view import KafkaView, PartitionView, wait_until
 from replmon.testbed.localcluster import LocalCluster, artifacts
+from tests.kafka_dump import BATCH, dump_log_segments
 
 SPECS = metadata_specs()
 METADATA_DIR = "__cluster_metadata-0"
@@ -458,31 +458,20 @@ def test_snapshots_are_listed_by_their_file_names_and_read_whole(tmp_path: Path)
 
 
 # ---------------------------------------------------------------------------------------------- the oracle
-def kafka_tools_classpath() -> str:
-    """The local cluster's classpath plus Kafka's tools jar (DumpLogSegments left the broker's jar for it in Kafka
-    4)."""
-    return f"{artifacts.kafka_libs()}/*{os.pathsep}{artifacts.kafka_tools_jar()}"
-
-
 DUMP_RECORD = re.compile(r"^\| offset: (\d+) CreateTime: (-?\d+) .*? payload: (.*)$")
-DUMP_BATCH = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: \d+ .* partitionLeaderEpoch: (-?\d+) "
-                        r"isTransactional: \w+ isControl: (\w+)")
 
 
 def dump(files: list[Path]) -> dict[Path, dict[int, dict[str, Any]]]:
     """Kafka's DumpLogSegments with its cluster metadata decoder on ``files``: per file, per offset, the record's
     CreateTime, its batch's leader epoch and the payload JSON ({type, version, data})."""
-    out = subprocess.run(
-        [artifacts.java_executable(), "-cp", kafka_tools_classpath(), "org.apache.kafka.tools.DumpLogSegments",
-         "--cluster-metadata-decoder", "--files", ",".join(map(str, files))],
-        capture_output=True, text=True, timeout=300, check=True).stdout
+    out = dump_log_segments(files, "--cluster-metadata-decoder")
     dumped: dict[Path, dict[int, dict[str, Any]]] = {}
     current: dict[int, dict[str, Any]] = {}
     epoch = -1
     for line in out.splitlines():
         if line.startswith("Dumping "):
             current = dumped.setdefault(Path(line[len("Dumping "):]), {})
-        elif match := DUMP_BATCH.match(line):
+        elif match := BATCH.match(line):
             epoch = int(match[3])
         elif match := DUMP_RECORD.match(line):
             payload = match[3]

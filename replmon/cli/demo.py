@@ -370,7 +370,6 @@ class Demo:
         assert self.cluster is not None
         cluster, topic = self.cluster, self.loss_topic
         producer = self.producers[1]
-        self.producers[0].pause()  # the acks=all topic would only add noise: its brokers go down too
         p = self.partition(topic)
         leader, (stale, other) = p.leader, [b for b in p.replicas if b != p.leader][:2]
         self.step(5, "unclean election with data loss", f"{topic} has min.insync.replicas=1 and an acks=1 "

@@ -1,0 +1,51 @@
+"""Kafka's own reader of log files as a test oracle: ``kafka-dump-log.sh`` (org.apache.kafka.tools.DumpLogSegments,
+from Kafka's tools jar, run on the local cluster's classpath)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import NamedTuple
+
+from replmon.testbed.localcluster import artifacts
+
+BATCH = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: \d+ .* partitionLeaderEpoch: (-?\d+) "
+                   r"isTransactional: \w+ isControl: (\w+)")
+
+
+class Batch(NamedTuple):
+    base_offset: int
+    last_offset: int
+    leader_epoch: int
+
+
+def kafka_tools_classpath() -> str:
+    """The local cluster's classpath plus Kafka's tools jar (DumpLogSegments left the broker's jar for it in Kafka
+    4)."""
+    return f"{artifacts.kafka_libs()}/*{os.pathsep}{artifacts.kafka_tools_jar()}"
+
+
+def dump_log_segments(files: list[Path], *options: str) -> str:
+    """DumpLogSegments' output for ``files``."""
+    return subprocess.run(
+        [artifacts.java_executable(), "-cp", kafka_tools_classpath(), "org.apache.kafka.tools.DumpLogSegments",
+         *options, "--files", ",".join(map(str, files))],
+        capture_output=True, text=True, timeout=300, check=True).stdout
+
+
+def log_batches(partition_dir: Path) -> list[Batch]:
+    """Every batch of a partition's log, in offset order, as Kafka reads the segment files now."""
+    segments = sorted(partition_dir.glob("*.log"))
+    return [Batch(int(m[1]), int(m[2]), int(m[3]))
+            for line in dump_log_segments(segments).splitlines() if (m := BATCH.match(line))]
+
+
+def lineage_of(batches: list[Batch]) -> list[tuple[int, int]]:
+    """(leader epoch, start offset) where each epoch's batches begin: what the leader-epoch-checkpoint holds."""
+    out: list[tuple[int, int]] = []
+    for b in batches:
+        if not out or b.leader_epoch > out[-1][0]:
+            out.append((b.leader_epoch, b.base_offset))
+    return out
