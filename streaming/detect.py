@@ -105,7 +105,8 @@ class PartitionMetrics(NamedTuple):
     max_follower_lag: int | None
     health: Health
     follower_lag: dict[int, int | None]
-    """Follower broker -> max(0, leader LEO - its LEO); None when either LEO is unknown."""
+    """Follower broker -> max(0, leader LEO - its LEO); for a follower that did not answer, its last LEO read (a
+    dead or paused follower's lag keeps growing as the leader appends); None when either was never read."""
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     hw_stalled: bool
@@ -288,6 +289,8 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         if broker == leader:
             continue
         leo = leos.get(broker)
+        if leo is None:
+            leo = st.last_log_end_offsets.get(broker)
         if leo is None or leader_leo is None:
             follower_lag[broker] = None
             continue

@@ -175,6 +175,18 @@ def test_unknown_leo_gives_unknown_lag() -> None:
     assert (m.log_end_offset, m.hw_lag, m.follower_lag, m.max_follower_lag) == (None, None, {2: None, 3: None}, None)
 
 
+def test_a_silent_followers_lag_grows_from_its_last_known_log_end_offset() -> None:
+    """A dead or paused follower does not answer: its lag is the leader's LEO minus the last LEO read from it, so
+    it keeps growing while the leader appends (and ReplmonReplicaLagHigh can fire for it)."""
+    feed = Feed()
+    feed.partition(sample(1, leos={1: 100, 2: 100, 3: 95}))
+    feed.partition(sample(2, leos={1: 180, 2: 180, 3: None}))
+    feed.partition(sample(3, leos={1: 260, 2: 260, 3: None}))
+    m = feed.metrics
+    assert m is not None
+    assert m.follower_lag == {2: 0, 3: 260 - 95} and m.max_follower_lag == 165
+
+
 @pytest.mark.parametrize(
     ("kwargs", "health", "flags"),
     [

@@ -50,7 +50,8 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Leader log end offset minus high watermark, clamped at 0.", True),
     # --- per replica (budgeted) ---
     MetricSpec("replmon_replica_lag_messages", "gauge", REPLICA,
-               "Leader log end offset minus this replica's log end offset, clamped at 0.", True),
+               "Leader log end offset minus this replica's log end offset (its last one read when it does not "
+               "answer: a dead or paused follower's lag keeps growing), clamped at 0.", True),
     MetricSpec("replmon_replica_in_isr", "gauge", REPLICA, "1 when the replica is in the ISR.", True),
     # --- aggregates (always exported) ---
     MetricSpec("replmon_cluster_partitions", "gauge", CLUSTER, "Partitions watched."),
