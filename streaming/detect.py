@@ -159,6 +159,7 @@ def step_dict(
         or tuple(s["replicas"]) != pm.replicas
         or _opt_tuple(s.get("elr")) != pm.elr
         or s.get("min_insync_replicas") not in (None, pm.min_insync_replicas)
+        or s.get("unclean_leader_election") not in (None, pm.unclean_leader_election)
         or pm.epoch_regressed_to is not None
         or prev.sample_time_ms == NO_SAMPLE
     ):
@@ -431,6 +432,8 @@ def _apply_metadata(
     m.elr = None if elr is None else _ints(elr)
     if s.get("min_insync_replicas") is not None:
         m.min_insync_replicas = s["min_insync_replicas"]
+    if s.get("unclean_leader_election") is not None:
+        m.unclean_leader_election = s["unclean_leader_election"]
     if m.replicas != pm.replicas:
         _forget_removed_replicas(st)
     leadership_changed = leader != pm.leader or epoch != pm.leader_epoch
@@ -493,15 +496,18 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
     st.hw_stalled = False
     kind = {True: "clean", False: "UNCLEAN", None: "unjudged"}[clean]
     elr_text = "" if elr is None else f", ELR {list(elr)}"
+    # the topic forbids unclean elections: an operator forced this one (ElectLeaders UNCLEAN)
+    forced = None if clean is not False or m.unclean_leader_election is None else not m.unclean_leader_election
+    forced_text = "; forced: the topic has unclean.leader.election.enable=false" if forced else ""
     out.emit(
         EventType.LEADER_CHANGE, Severity.CRITICAL if clean is False else Severity.INFO,
         brokers=[m.leader] if previous_leader in (None, m.leader) else [previous_leader, m.leader],
         leader=m.leader, previous_leader=previous_leader,
-        leader_epoch=m.leader_epoch, previous_leader_epoch=pm.leader_epoch, clean=clean,
+        leader_epoch=m.leader_epoch, previous_leader_epoch=pm.leader_epoch, clean=clean, forced=forced,
         isr=list(m.isr), previous_isr=list(isr),
         message=(
             f"{_name(m)}: {kind} leader change from {previous_leader} to broker {m.leader} "
-            f"(leader epoch {pm.leader_epoch} -> {m.leader_epoch}; previous ISR {list(isr)}{elr_text})"
+            f"(leader epoch {pm.leader_epoch} -> {m.leader_epoch}; previous ISR {list(isr)}{elr_text}{forced_text})"
         ),
     )  # fmt: skip
     if previous_leader is not None:

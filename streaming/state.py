@@ -97,6 +97,8 @@ class PartitionMeta:
     """Broker -> first diverging offset of the EPOCH_DIVERGENCE reported for it (cleared when it agrees)."""
     loss: ElectionLoss | None = None
     """The loss accounting of the last leader change (replaced by the next one)."""
+    unclean_leader_election: bool | None = None
+    """The topic's unclean.leader.election.enable as the sampler last reported it."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

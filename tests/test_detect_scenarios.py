@@ -32,12 +32,14 @@ def psample(
     replicas: Iterable[int] | None = None,
     min_isr: int = 1,
     lineage: Iterable[tuple[int, int]] | None = None,
+    unclean_allowed: bool | None = None,
 ) -> PartitionSample:
     """What the protocol sampler publishes; a None LEO is a broker that did not answer."""
     return PartitionSample(
         cluster="legacy", collector_id="sampler", cycle=t, sample_time_ms=t * S, topic=TOPIC, partition=PARTITION,
         leader=leader, leader_epoch=epoch, replicas=list(leos) if replicas is None else list(replicas),
         isr=list(isr), high_watermark=hw, log_start_offset=0, min_insync_replicas=min_isr,
+        unclean_leader_election=unclean_allowed,
         replica_offsets=[
             ReplicaOffsets(broker_id=b, log_end_offset=leo)
             if leo is not None
@@ -286,6 +288,18 @@ def test_unclean_loss_counts_the_dead_leaders_disk_when_the_controller_emptied_t
     p.agent(rsample(2, old, 1460, 4, lineage))  # it wrote on after the last sample, then died
     p.sampler(psample(3, new, 6, [new], 1250, {old: None, new: 1250}, lineage=[*lineage, (6, 1200)]))
     assert sum(e.committed_lost or 0 for e in p.of(EventType.DATA_LOSS)) == 1460 - 1200
+
+
+@pytest.mark.parametrize(("unclean_allowed", "forced"), [(False, True), (True, False), (None, None)])
+def test_an_unclean_election_on_a_topic_that_forbids_them_is_flagged_forced(
+    unclean_allowed: bool | None, forced: bool | None
+) -> None:
+    p = Partition(CFG)
+    p.sampler(psample(1, 1, 4, [1], 100, {1: 100, 2: 90}, unclean_allowed=unclean_allowed))
+    p.sampler(psample(2, 2, 5, [2], 90, {1: None, 2: 90}))  # the setting is re-read only every few cycles
+    (change,) = p.of(EventType.LEADER_CHANGE)
+    assert (change.clean, change.forced) == (False, forced)
+    assert ("forced" in change.message) is bool(forced)
 
 
 def test_clean_failover_with_an_unreplicated_tail_is_not_critical() -> None:

@@ -125,6 +125,7 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
                                  and e["leader"] == STALE)
     assert change["clean"] is False
+    assert change["forced"] is True, "the topic keeps Kafka's default unclean.leader.election.enable=false"
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
                == len(lost), DEADLINE_S, "the committed-loss counter at the ground truth")
     losses = events_of(pipeline, e2e_topic, "DATA_LOSS")

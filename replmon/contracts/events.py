@@ -75,6 +75,10 @@ class Event(BaseModel):
     clean: bool | None = None
     """LEADER_CHANGE only: True when the new leader was in the previous ISR or ELR, False for an UNCLEAN election
     (a replica outside both became leader), None when there was nothing to judge against."""
+    forced: bool | None = None
+    """LEADER_CHANGE, unclean only: True when the topic forbids unclean elections (unclean.leader.election.enable
+    false), so an operator forced it (ElectLeaders UNCLEAN, `kafka-leader-election.sh --election-type unclean`);
+    False when the topic allows them; None when the setting is unknown."""
     isr: list[int] | None = None
     """The in-sync replicas after the event (broker ids, in Kafka's order)."""
     previous_isr: list[int] | None = None
