@@ -63,7 +63,7 @@ def of(topic: str, type_: str) -> Callable[[dict[str, Any]], bool]:
     return lambda e: e["topic"] == topic and e["type"] == type_
 
 
-OLD_LEADER, STALE, OTHER = 1, 2, 3
+OLD_LEADER, STALE_REPLICA, OTHER = 1, 2, 3
 """The unclean scenario's brokers: the leader that dies, the stale follower elected, the other follower."""
 
 
@@ -84,23 +84,25 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
     Stale broker 2 is elected uncleanly and the producer moves to it at once. Returns, broker 1 still down, once
     the new leader's log has passed where broker 1's ended: the ground truth is what a consumer can no longer
     read of what the producer saw acknowledged."""
-    view.create_topic(topic, assignment={0: [OLD_LEADER, STALE, OTHER]}, configs={"min.insync.replicas": "1"})
+    view.create_topic(topic, assignment={0: [OLD_LEADER, STALE_REPLICA, OTHER]},
+                      configs={"min.insync.replicas": "1"})
     producer = producer_factory(topic, acks=1, interval_s=0.005)
     producer.wait_acknowledged(300)
     wait_until(lambda: len(view.partition(topic).isr) == 3, 30, "a full ISR")
 
     cluster.stop(OTHER)
     producer.wait_acknowledged(before_second)
-    cluster.stop(STALE)
+    cluster.stop(STALE_REPLICA)
     wait_until(lambda: view.partition(topic, via=OLD_LEADER).isr == [OLD_LEADER], 30, "the leader alone in the ISR")
     producer.wait_acknowledged(before_kill)
     cluster.kill(OLD_LEADER)
     old_log_end = max(offset for _, offset in producer.acknowledged().values()) + 1  # at least; acks=1
 
-    cluster.start(STALE)
-    wait_until(lambda: view.partition(topic, via=STALE).leader == -1, 30, "the partition offline")
+    cluster.start(STALE_REPLICA)
+    wait_until(lambda: view.partition(topic, via=STALE_REPLICA).leader == -1, 30, "the partition offline")
     cluster.elect_unclean(topic, 0)
-    wait_until(lambda: view.partition(topic, via=STALE).leader == STALE, 30, "the unclean election of broker 2")
+    wait_until(lambda: view.partition(topic, via=STALE_REPLICA).leader == STALE_REPLICA, 30,
+               "the unclean election of broker 2")
     # the producer writes on to the new leader: its log soon passes where the old one ended
     wait_until(lambda: view.high_watermark(topic) > old_log_end + 100, 60, "the new leader's log past the old one")
     acknowledged = producer.acknowledged()

@@ -25,7 +25,7 @@ from tests.pipeline import (
     DEADLINE_S,
     OLD_LEADER,
     OTHER,
-    STALE,
+    STALE_REPLICA,
     TOPIC_PREFIX,
     Pipeline,
     cause_unclean_loss,
@@ -76,11 +76,12 @@ def test_unclean_election_under_load_reports_exactly_the_committed_messages_lost
     cluster.start(OTHER)
     truncated_to = wait_until(lambda: truncation_offset(log, topic, restart_line), 60,
                               "broker 1 to truncate (its log line)")
-    wait_until(lambda: set(kafka_view.partition(topic).isr) == {OLD_LEADER, STALE, OTHER}, 90, "the ISR full again")
+    wait_until(lambda: set(kafka_view.partition(topic).isr) == {OLD_LEADER, STALE_REPLICA, OTHER}, 90,
+               "the ISR full again")
     assert lost_offsets[0] >= truncated_to, "what is lost lies above where broker 1 truncated"
 
     change = pipeline.wait_event("the UNCLEAN LEADER_CHANGE", lambda e: of(topic, "LEADER_CHANGE")(e)
-                                 and e["leader"] == STALE)
+                                 and e["leader"] == STALE_REPLICA)
     assert change["clean"] is False and change["previous_leader"] == OLD_LEADER
     try:
         wait_until(lambda: sum(e["committed_lost"] for e in events_of(pipeline, topic, "DATA_LOSS")) >= len(lost),

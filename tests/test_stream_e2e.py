@@ -27,7 +27,7 @@ from replmon.testbed.workload import SequencedProducer
 from tests.pipeline import (
     DEADLINE_S,
     OLD_LEADER,
-    STALE,
+    STALE_REPLICA,
     TOPIC_PREFIX,
     Pipeline,
     cause_unclean_loss,
@@ -123,7 +123,7 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     lost, first, end = loss.lost, loss.lost_offsets[0], loss.lost_offsets[-1] + 1
 
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
-                                 and e["leader"] == STALE)
+                                 and e["leader"] == STALE_REPLICA)
     assert change["clean"] is False
     assert change["forced"] is True, "the topic keeps Kafka's default unclean.leader.election.enable=false"
     wait_until(lambda: pipeline.metric("replmon_committed_messages_lost_total", cluster="local", topic=e2e_topic)
@@ -143,7 +143,7 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     # offsets it will truncate are reported before it comes back.
     divergence = pipeline.wait_event("EPOCH_DIVERGENCE of the stopped old leader", lambda e: of(
         e2e_topic, "EPOCH_DIVERGENCE")(e) and e["brokers"][0] == OLD_LEADER)
-    assert divergence["leader"] == STALE
+    assert divergence["leader"] == STALE_REPLICA
     assert divergence["leader_epoch"] == kafka_view.partition(e2e_topic).leader_epoch
     assert (divergence["offset_start"], divergence["offset_end"]) == (first, end)
     assert divergence["severity"] == "critical" and divergence["uncommitted_lost"] == 0
