@@ -21,6 +21,7 @@ from streaming.exporter import JobExporter
 from streaming.parse import quarantined_records
 from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE
 from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
+from streaming.silence import collapse_stale, compact_json
 from streaming.sinks import EventsPublisher, HistoryWriter
 
 
@@ -57,12 +58,14 @@ class StateBatchHandler:
         events = out[out["kind"] == KIND_EVENT]
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        written = self.events.publish(zip(events["event_id"], events["payload"], strict=True), batch_id)
+        payloads = dict(zip(events["event_id"], events["payload"], strict=True))
+        all_events = collapse_stale([json.loads(p) for p in payloads.values()], self.exporter.partitions_per_cluster)
+        written = self.events.publish(((e["event_id"], payloads.get(e["event_id"]) or compact_json(e))
+                                       for e in all_events), batch_id)
         decoded = [json.loads(p) for p in written]
         self.exporter.count_events(decoded)
         if not partitions.empty:
             self.exporter.update_partitions(partitions.drop(columns=["kind", "event_id", "event_type", "payload"]))
-        all_events = [json.loads(p) for p in events["payload"]]
         self.history.write_events(all_events, batch_id)
         self.history.write_partitions(partitions, batch_id)
         now = time.time()

@@ -228,6 +228,12 @@ class JobExporter(Collector):
         with self._lock:
             self._job[name] = value
 
+    def partitions_per_cluster(self) -> dict[str, int]:
+        """How many partitions each cluster has in the table."""
+        with self._lock:
+            table = self._table
+        return {} if table.empty else {str(k): int(v) for k, v in table.groupby("cluster").size().items()}
+
     def snapshot(self) -> pd.DataFrame:
         with self._lock:
             return self._table.copy()

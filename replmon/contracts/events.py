@@ -54,7 +54,7 @@ class Event(BaseModel):
     cluster: str
     """The watched cluster's name (``clusters[].name`` of the configuration)."""
     topic: str | None = None
-    """The partition's topic."""
+    """The partition's topic; None for a cluster-level STALE."""
     partition: int | None = None
     """The partition's number."""
     event_time_ms: int
@@ -186,7 +186,9 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         "A follower at the edge of replica.lag.time.max.ms: GC pauses, an overloaded broker or disk, a flaky "
         "network."),
     EventType.STALE: EventTypeSpec(
-        (Severity.WARNING,), "warning", "No sample of the partition for over stream.stale_after_s.",
+        (Severity.WARNING,), "warning",
+        "No sample of the partition for over stream.stale_after_s. When one micro-batch finds most of a cluster's "
+        "partitions silent, a single cluster-level STALE (no `topic`, no `partition`) stands for them.",
         "The collector is down or cannot reach the cluster, or the samples topic is not delivered to the job."),
 }
 """Every event type, once: its severities, what it means and what causes it."""
