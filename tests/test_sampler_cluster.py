@@ -175,8 +175,11 @@ def test_leader_kill_raises_the_epoch_and_extends_the_lineage(
     answer_epoch, end_offset = offsets_for_leader_epoch(view, new.leader, topic_name, 0, new.leader_epoch - 1)
     assert (previous.leader_epoch, newest.start_offset) == (answer_epoch, end_offset)
     # the new epoch starts where the new leader's copy ended, as its log files say, past the HW sampled before
-    kafka = lineage_of(log_batches(healthy_cluster.broker_log_dir(new.leader) / f"{topic_name}-0"))
-    assert dict(kafka)[new.leader_epoch] == newest.start_offset >= (first.high_watermark or 0)
+    # (once the producer, writing on, has reached the new leader: its first batch of the epoch is on disk)
+    new_log = healthy_cluster.broker_log_dir(new.leader) / f"{topic_name}-0"
+    started = wait_until(lambda: dict(lineage_of(log_batches(new_log))).get(new.leader_epoch), 60,
+                         "the new leader's first batch of its epoch, as Kafka's dump tool reads it")
+    assert started == newest.start_offset >= (first.high_watermark or 0)
     assert replica_error(new, 1) == ReplicaError.UNREACHABLE
     assert s.last_cycle is not None and 1 in s.last_cycle.unreachable_brokers
 
