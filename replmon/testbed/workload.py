@@ -132,7 +132,10 @@ class SequencedProducer:
         except Exception:
             return  # no broker answers yet: try again later
         old, self._producer = self._producer, fresh
-        threading.Thread(target=_close_quietly, args=(old,), daemon=True).start()
+        # its pending sends fail once delivery_timeout_ms expires: only then can it close (a close that times out
+        # leaves it open, and Python prints its __del__'s failed close)
+        grace_s = self._config["delivery_timeout_ms"] / 1000 + 5
+        threading.Thread(target=_close_quietly, args=(old, grace_s), daemon=True).start()
 
     def pause(self) -> None:
         """Stop writing; returns with every message sent so far acknowledged or failed (a send the loop had begun
@@ -178,9 +181,9 @@ class SequencedProducer:
             self._producer.close(timeout=5)
 
 
-def _close_quietly(producer: KafkaProducer) -> None:
+def _close_quietly(producer: KafkaProducer, timeout_s: float) -> None:
     with contextlib.suppress(Exception):
-        producer.close(timeout=0)
+        producer.close(timeout=timeout_s)
 
 
 def readable_sequences(
