@@ -2,7 +2,14 @@
 
 No Spark and no I/O here. The Spark job keeps one :class:`~streaming.state.PartitionState` per partition and
 calls :func:`step` for every PartitionSample, :func:`step_replica` for every ReplicaSample of the log-dir
-agents and :func:`expire` for partitions that got no sample in a micro-batch.
+agents, :func:`step_partition_change` for every record of the KRaft metadata log an agent read, and
+:func:`expire` for partitions that got no sample in a micro-batch.
+
+The leader and ISR come from two sources. The metadata log, where an agent reads it, is the controller's own
+history: every change, at the controller's time, also those between two samples. The samples show the partition
+as of their cycle; a sample taken before the newest change the metadata log told (or within
+:data:`METADATA_PROPAGATION_MS` after it) is not judged for leader and ISR, and a change the samples showed first
+makes no second event when its record arrives. Without an agent the samples are all there is.
 
 Samples come as the pydantic models of :mod:`replmon.contracts.samples` or, on the hot path, as plain dicts with the
 same field names holding Python ints/strs/lists/None (``replica_offsets`` a list of dicts ``{broker_id,
@@ -20,8 +27,8 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from replmon.contracts.events import Event, EventType, Severity, event_id
-from replmon.contracts.samples import PartitionSample, ReplicaSample
+from replmon.contracts.events import Event, EventSource, EventType, Severity, event_id
+from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, PartitionSample, ReplicaSample
 from streaming.state import (
     NO_SAMPLE,
     ElectionBasis,
@@ -44,6 +51,7 @@ __all__ = [
     "metrics_of",
     "step",
     "step_dict",
+    "step_partition_change",
     "step_replica",
 ]
 
@@ -152,7 +160,12 @@ def step_dict(
     else:
         st.last_log_end_offsets = leos  # every replica answered: no older reading to keep
 
-    if (
+    # The metadata log told the leader and ISR as of a change after this sample was taken (or just before it,
+    # while brokers' metadata caches catch up with the controller): the sample's view of them is older.
+    told = pm.metadata_offset >= 0 and t < pm.metadata_time_ms + METADATA_PROPAGATION_MS
+    if told:
+        _apply_topic_configs(prev, st, s, out)
+    elif (
         s["leader"] != pm.leader
         or s["leader_epoch"] != pm.leader_epoch
         or tuple(s["isr"]) != pm.isr
@@ -167,14 +180,19 @@ def step_dict(
     _check_log_truncation(prev, st, out)
     lineage = s.get("epoch_lineage")
     hw = s.get("high_watermark")
-    _apply_high_watermark(prev, st, hw, lineage is not None, out)
-    _check_hw_stalled(prev, st, cfg, out)
-    if lineage is not None:
-        _apply_leader_lineage(st, lineage, out)
+    if told and s["leader_epoch"] < st.meta.leader_epoch:
+        # answered by the leader of an epoch the metadata log has already ended: its high watermark is evidence
+        # of what that epoch committed, not of the current one
+        _note_late_commit(prev, st, s, hw, out)
+    else:
+        _apply_high_watermark(prev, st, hw, lineage is not None, out)
+        _check_hw_stalled(prev, st, cfg, out)
+        if lineage is not None:
+            _apply_leader_lineage(st, lineage, out)
+        _note_sampled_commit(st, hw)
     log_start_offset = s.get("log_start_offset")
     if log_start_offset is not None:
         st.log_start_offset = log_start_offset
-    _note_sampled_commit(st, hw)
     if st.meta.loss is not None and st.meta.loss.divergence is None:
         _settle_loss(st, out)  # a sample changes a settled loss only by the lineage that settles it
 
@@ -183,6 +201,56 @@ def step_dict(
     st.received_ms = out.detected_ms
     st.stale = False
     return st, out.events, metrics_of(st)
+
+
+METADATA_PROPAGATION_MS = 1_000
+"""How long after a change the controller recorded a sample may still show the partition as before it: brokers
+apply metadata records a moment after the controller appends them, and the collectors' and the controller's
+clocks may differ by that much."""
+
+
+def step_partition_change(
+    prev: PartitionState | None,
+    change: PartitionChange | Mapping[str, Any],
+    cfg: DetectConfig,
+    now_ms: int | None = None,
+) -> tuple[PartitionState | None, list[Event]]:
+    """Apply one record of the KRaft metadata log (a :class:`PartitionChange`, as a log-dir agent read it): ISR and
+    leader changes at the controller's time, elections judged by what the controller recorded (the ISR and ELR
+    before the record, and the leader recovery state an unclean election sets).
+
+    Each metadata offset is applied once (every agent publishes the same records); a change the samples have
+    already shown makes no second event; a record of an older leader epoch than the state's is only noted. A
+    partition never sampled is not watched here (the collector's topic selection decides): ignored."""
+    c: Mapping[str, Any] = change.model_dump() if isinstance(change, PartitionChange) else change
+    if prev is None or prev.sample_time_ms == NO_SAMPLE:
+        return prev, []
+    pm = prev.meta
+    offset: int = c["metadata_offset"]
+    if offset <= pm.metadata_offset or c["topic_id"] != (pm.topic_id or c["topic_id"]):
+        return prev, []
+    t: int = c["append_time_ms"]
+    st = prev.copy()
+    out = _Emitter(pm, t, offset, t if now_ms is None else now_ms, source="metadata", origin=EventSource.METADATA_LOG)
+    elr = c["elr"]
+    if c["leader_epoch"] >= pm.leader_epoch and (
+        c["leader"] != pm.leader
+        or c["leader_epoch"] != pm.leader_epoch
+        or tuple(c["isr"]) != pm.isr
+        or tuple(c["replicas"]) != pm.replicas
+        or (tuple(elr) != pm.elr and (pm.elr is not None or elr))
+    ):
+        s = {"leader": c["leader"], "leader_epoch": c["leader_epoch"], "replicas": c["replicas"], "isr": c["isr"],
+             "elr": elr if pm.elr is not None or elr else None}
+        previous_isr = c.get("previous_isr")
+        judge = None if previous_isr is None else Judgement(
+            tuple(previous_isr), tuple(c.get("previous_elr") or ()),
+            c["leader_recovery_state"] == LeaderRecoveryState.RECOVERING)
+        _apply_metadata(prev, st, s, cfg, out, judge)
+    m = st.meta = st.meta.copy() if st.meta is pm else st.meta
+    m.metadata_offset = offset
+    m.metadata_time_ms = max(pm.metadata_time_ms, t)
+    return st, out.events
 
 
 def step_replica(
@@ -214,7 +282,7 @@ def step_replica(
     m = st.meta = prev.meta.copy()
     m.replica_logs = {**m.replica_logs, broker: log}
     detected = log.sample_time_ms if now_ms is None else now_ms
-    out = _Emitter(m, log.sample_time_ms, log.cycle, detected, source=f"agent/{broker}")
+    out = _Emitter(m, log.sample_time_ms, log.cycle, detected, source=f"agent/{broker}", origin=EventSource.LOG_DIR)
     cut = None if old is None else _truncated_to(old, log)
     if old is not None and cut is not None:
         _log_truncation(out, m, broker, old.log_end_offset, cut, "log-dir agent")
@@ -269,7 +337,7 @@ def expire(state: PartitionState, now_ms: int, cfg: DetectConfig) -> tuple[Parti
     st = state.copy()
     st.stale = True
     m = st.meta
-    out = _Emitter(m, state.sample_time_ms, state.cycle, now_ms, source="expire")
+    out = _Emitter(m, state.sample_time_ms, state.cycle, now_ms, source="expire", origin=EventSource.JOB)
     out.emit(
         EventType.STALE, Severity.WARNING,
         event_time_ms=now_ms, leader=m.leader, leader_epoch=m.leader_epoch,
@@ -337,19 +405,22 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
 class _Emitter:
     """Collects the events one sample reveals; ids derive from the partition, the sample and the source."""
 
-    __slots__ = ("cycle", "detected_ms", "events", "meta", "source", "time_ms")
+    __slots__ = ("cycle", "detected_ms", "events", "meta", "origin", "source", "time_ms")
 
-    def __init__(self, meta: PartitionMeta, time_ms: int, cycle: int, detected_ms: int, source: str = "") -> None:
+    def __init__(self, meta: PartitionMeta, time_ms: int, cycle: int, detected_ms: int, source: str = "",
+                 origin: EventSource = EventSource.SAMPLER) -> None:
         self.meta = meta  # for the partition's identity only
         self.time_ms = time_ms
         self.cycle = cycle
         self.detected_ms = detected_ms
-        self.source = source
+        self.source = source  # in the event id: tells apart what two sources revealed at one time
+        self.origin = origin
         self.events: list[Event] = []
 
     def emit(self, etype: EventType, severity: Severity, *key: object, message: str, **fields: Any) -> None:
         m = self.meta
         fields.setdefault("event_time_ms", self.time_ms)
+        fields.setdefault("source", self.origin)
         eid = event_id(m.cluster, m.topic, m.partition, etype, self.source, self.time_ms, self.cycle, *key)
         self.events.append(
             Event(
@@ -403,8 +474,52 @@ def _lineage(entries: Iterable[Mapping[str, Any]]) -> Lineage:
 # Metadata: leader, leader epoch, ISR, ELR, replicas, min.insync.replicas
 
 
+class Judgement(NamedTuple):
+    """What the controller recorded about an election: the ISR and ELR just before it, and whether the new leader
+    is recovering its log (Kafka's LeaderRecoveryState after an unclean election)."""
+
+    isr: tuple[int, ...]
+    elr: tuple[int, ...]
+    recovering: bool
+
+
+def _apply_topic_configs(prev: PartitionState, st: PartitionState, s: Mapping[str, Any], out: _Emitter) -> None:
+    """The topic configs a sample carries (min.insync.replicas, unclean.leader.election.enable), alone."""
+    pm = prev.meta
+    min_isr, unclean = s.get("min_insync_replicas"), s.get("unclean_leader_election")
+    if min_isr in (None, pm.min_insync_replicas) and unclean in (None, pm.unclean_leader_election):
+        return
+    m = st.meta = pm.copy()
+    if min_isr is not None:
+        m.min_insync_replicas = min_isr
+    if unclean is not None:
+        m.unclean_leader_election = unclean
+    _under_min_isr(m, out)  # a changed min.insync.replicas alone: judged at the next change
+
+
+def _note_late_commit(prev: PartitionState, st: PartitionState, s: Mapping[str, Any], hw: int | None,
+                      out: _Emitter) -> None:
+    """A sample of a leader epoch the metadata log has already ended: its high watermark, and its leader's whole
+    log while the ISR was that leader alone, count for the last leader change's loss."""
+    m = st.meta
+    loss = m.loss
+    epoch: int = s["leader_epoch"]
+    if loss is None or epoch > loss.previous_leader_epoch:
+        return
+    leader: int = s["leader"]
+    alone = leader >= 0 and tuple(s["isr"]) == (leader,)
+    committed = _latest(loss.committed_end, hw, st.log_end_offsets.get(leader) if alone else None)
+    if committed == loss.committed_end:
+        return
+    m = st.meta = m.copy() if m is prev.meta else m
+    m.loss = loss._replace(committed_end=committed)
+    if loss.divergence is not None:
+        _settle_loss(st, out)
+
+
 def _apply_metadata(
-    prev: PartitionState, st: PartitionState, s: Mapping[str, Any], cfg: DetectConfig, out: _Emitter
+    prev: PartitionState, st: PartitionState, s: Mapping[str, Any], cfg: DetectConfig, out: _Emitter,
+    judge: Judgement | None = None,
 ) -> None:
     pm = prev.meta
     m = st.meta = pm.copy()
@@ -442,7 +557,7 @@ def _apply_metadata(
             _offline_start(st, None, out)
     else:
         if leadership_changed:
-            _leadership(prev, st, out)
+            _leadership(prev, st, out, judge)
         if m.isr != pm.isr:
             _isr_change(pm, st, cfg, out)
     _under_min_isr(m, out)
@@ -459,8 +574,10 @@ def _forget_removed_replicas(st: PartitionState) -> None:
     m.diverged = {b: v for b, v in m.diverged.items() if b in keep}
 
 
-def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None:
-    """OFFLINE_START when the leader goes to -1; otherwise LEADER_CHANGE (plus OFFLINE_END coming back)."""
+def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter, judge: Judgement | None = None) -> None:
+    """OFFLINE_START when the leader goes to -1; otherwise LEADER_CHANGE (plus OFFLINE_END coming back), judged
+    against the controller's record of the election when there is one (``judge``), else against the partition as
+    the job last knew it."""
     pm, m = prev.meta, st.meta
     if m.leader < 0:
         if pm.leader >= 0:
@@ -482,12 +599,15 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter) -> None
         last_online_isr = isr if basis is None else basis.isr
         m.before_offline = None
     else:
-        isr, elr = pm.isr, pm.elr
+        isr, elr = (judge.isr, judge.elr) if judge is not None else (pm.isr, pm.elr)
         previous_leader = pm.leader
         previous_epoch = pm.leader_epoch
         last_online_isr = isr
-    if m.leader in isr or (elr is not None and m.leader in elr):
-        clean: bool | None = True
+    if judge is not None:
+        isr, elr = judge.isr, judge.elr
+        clean: bool | None = not judge.recovering and (m.leader in isr or m.leader in elr)
+    elif m.leader in isr or (elr is not None and m.leader in elr):
+        clean = True
     elif not isr and elr is None:
         clean = None  # nothing to judge against
     else:

@@ -18,18 +18,19 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from replmon.contracts.samples import (
+    PARTITION_CHANGE_SCHEMA,
     PARTITION_SCHEMA,
     REPLICA_SCHEMA,
     SAMPLE_MODELS,
-    CycleSample,
-    PartitionSample,
-    ReplicaSample,
+    SampleModel,
 )
 from streaming import schema
 from streaming.processor import PROCESSOR_INPUT, QUARANTINED
 
 SAMPLE_STRUCT = schema.union_struct(*SAMPLE_MODELS.values())
-"""Every field of the three sample models: any record is parsed once, whatever its kind."""
+"""Every field of the sample models: any record is parsed once, whatever its kind."""
+KEYED = (PARTITION_SCHEMA, REPLICA_SCHEMA, PARTITION_CHANGE_SCHEMA)
+"""The kinds of record that belong to one partition (and to its state bucket)."""
 TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
 """A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
 null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
@@ -40,7 +41,7 @@ NaN is malformed, not read as if it were JSON."""
 CANONICAL_JSON = {"ignoreNullFields": "false"}
 """Spark's to_json written like the collectors' pydantic ``to_json``: every field, nulls included."""
 
-Model = type[PartitionSample] | type[ReplicaSample] | type[CycleSample]
+Model = SampleModel
 
 
 def _violations(model: Model, parsed: Column, fields: Column | None) -> list[tuple[Column, str]]:
@@ -85,7 +86,7 @@ def _once(expression: Column) -> Column:
 
 
 def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
-    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'c'), the parsed
+    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'm', 'c'), the parsed
     samples ``p``/``r`` and, as the processor takes it, ``sample``: that parse written back as the collectors
     write it (compact JSON, nulls included; for a record written that way, the record itself), the state
     ``bucket`` (one of ``bucket_ids``: :mod:`streaming.buckets`), and what the quarantine needs (raw value, key,
@@ -131,20 +132,23 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
                                                     _first_violation(m, parsed[s], fields)))
     reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
-            .when(name == REPLICA_SCHEMA, F.lit("r")).otherwise(F.lit("c")))
+            .when(name == REPLICA_SCHEMA, F.lit("r"))
+            .when(name == PARTITION_CHANGE_SCHEMA, F.lit("m")).otherwise(F.lit("c")))
 
     def either(field_name: str) -> Column:
-        return F.when(name.isin(PARTITION_SCHEMA, REPLICA_SCHEMA), F.col("u")[field_name])
+        return F.when(name.isin(*KEYED), F.col("u")[field_name])
 
     key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
+    # a partition change is ordered among the samples by the controller's time, and among its kind by its offset
+    time_ms = F.coalesce(either("sample_time_ms"), either("append_time_ms"))
     return rows.select(
         "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
         parsed[REPLICA_SCHEMA].alias("r"),
-        F.coalesce(written[PARTITION_SCHEMA], written[REPLICA_SCHEMA]).alias("sample"),
+        F.coalesce(*[written[s] for s in KEYED]).alias("sample"),
         _once(reason).alias("reason"), kind.alias("kind"),
         F.element_at(F.array(*map(F.lit, bucket_ids)),
                      (F.pmod(F.xxhash64(key), F.lit(len(bucket_ids))) + 1).cast("int")).alias("bucket"),
-        either("sample_time_ms").alias("sample_time_ms"), either("cycle").alias("cycle"),
+        time_ms.alias("sample_time_ms"), F.coalesce(either("cycle"), either("metadata_offset")).alias("cycle"),
     )
 
 
@@ -154,11 +158,11 @@ QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
 
 def processor_input(parsed: DataFrame) -> DataFrame:
     """The rows of :func:`parse_samples` the processor takes, in its columns: valid partition and replica
-    samples, and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its quarantine fields
-    as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
+    samples and partition changes, and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its
+    quarantine fields as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
     bad = F.col("reason").isNotNull()
     quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], F.base64("key").alias("key")), CANONICAL_JSON)
-    return (parsed.filter(bad | F.col("kind").isin("p", "r"))
+    return (parsed.filter(bad | F.col("kind").isin("p", "r", "m"))
             .withColumns({"kind": F.when(bad, F.lit(QUARANTINED)).otherwise(F.col("kind")),
                           "sample": F.when(bad, quarantined).otherwise(F.col("sample"))})
             .select(*PROCESSOR_INPUT))

@@ -44,7 +44,15 @@ from pyspark.sql.types import (
 from replmon.contracts.events import Event
 from replmon.core.errors import ReplmonError
 from replmon.core.gcpause import paused as gc_paused
-from streaming.detect import DetectConfig, PartitionMetrics, expire, metrics_of, step_dict, step_replica
+from streaming.detect import (
+    DetectConfig,
+    PartitionMetrics,
+    expire,
+    metrics_of,
+    step_dict,
+    step_partition_change,
+    step_replica,
+)
 from streaming.state import PartitionKey, PartitionState, dump_state, load_state
 
 
@@ -187,7 +195,8 @@ the conversion back cost more than the detection.)"""
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
-    ``kind`` ('p' partition sample, 'r' replica sample, :data:`QUARANTINED`), ``sample`` (its JSON),
+    ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change of the metadata log,
+    :data:`QUARANTINED`), ``sample`` (its JSON),
     ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: the quarantined records, every
     event, and the newest metrics of each partition that got a partition sample."""
     bad = samples["kind"] == QUARANTINED
@@ -202,6 +211,13 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
         key = (s["cluster"], s["topic"], s["partition"])
         if kind == "p":
             state, events, newest[key] = step_dict(table.get(key), s, cfg, now_ms)
+        elif kind == "m":
+            before = table.get(key)
+            changed, events = step_partition_change(before, s, cfg, now_ms)
+            if changed is None or changed is before:
+                continue
+            state = changed
+            newest[key] = metrics_of(state)  # the ISR or leader may have changed: the metrics show it at once
         else:  # a replica sample changes nothing the metrics show
             state, events = step_replica(table.get(key), s, cfg, now_ms)
         table[key] = state

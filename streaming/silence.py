@@ -15,7 +15,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from replmon.contracts.events import Event, EventType, Severity, event_id
+from replmon.contracts.events import Event, EventSource, EventType, Severity, event_id
 
 SILENT_SHARE = 0.5
 """A cluster whose STALE events in one micro-batch cover at least this share of its known partitions is silent."""
@@ -60,7 +60,7 @@ def cluster_stale(cluster: str, group: list[dict[str, Any]]) -> dict[str, Any]:
     return Event(
         event_id=event_id(cluster, None, None, EventType.STALE, "cluster", *sorted(e["event_id"] for e in group)),
         type=EventType.STALE, severity=Severity.WARNING, cluster=cluster, event_time_ms=first,
-        detected_time_ms=detected,
+        detected_time_ms=detected, source=EventSource.JOB,
         message=(
             f"cluster {cluster}: no sample of {len(group)} partitions (topics {shown}) for over "
             "stream.stale_after_s: the collector is down or cannot reach the cluster, or its samples do not reach "

@@ -219,7 +219,12 @@ def read_events(root: Path) -> pd.DataFrame:
     path = Path(root) / "events"
     if not path.exists():
         return pd.DataFrame()
-    frame = pq.read_table(str(path)).to_pandas()
+    from replmon.contracts.events import Event
+    from streaming.schema import spark_schema
+
+    # the contract's schema, not the first file's: files written before a field was added read with it null
+    schema = _arrow_schema(spark_schema(Event)).append(pa.field("date", pa.string()))
+    frame = pq.read_table(str(path), schema=schema, partitioning="hive").to_pandas()
     if frame.empty:
         return frame
     return frame.drop_duplicates("event_id").sort_values("event_time_ms", kind="stable").reset_index(drop=True)

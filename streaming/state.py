@@ -99,6 +99,12 @@ class PartitionMeta:
     """The loss accounting of the last leader change (replaced by the next one)."""
     unclean_leader_election: bool | None = None
     """The topic's unclean.leader.election.enable as the sampler last reported it."""
+    metadata_offset: int = -1
+    """The metadata-log offset of the last partition change applied (every agent publishes the same records: each is
+    applied once)."""
+    metadata_time_ms: int = -1
+    """The controller's time of the newest partition change applied: samples taken before it (or just after, while
+    the brokers' metadata catches up) tell nothing new of the leader and ISR."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

@@ -3,11 +3,12 @@ from Kafka's tools jar, run on the local cluster's classpath)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from replmon.testbed.localcluster import artifacts
 
@@ -49,3 +50,25 @@ def lineage_of(batches: list[Batch]) -> list[tuple[int, int]]:
         if not out or b.leader_epoch > out[-1][0]:
             out.append((b.leader_epoch, b.base_offset))
     return out
+
+
+DUMP_RECORD = re.compile(r"^\| offset: (\d+) CreateTime: (-?\d+) .*? payload: (.*)$")
+
+
+def dump_metadata_log(files: list[Path]) -> dict[Path, dict[int, dict[str, Any]]]:
+    """Kafka's DumpLogSegments with its cluster metadata decoder on ``files``: per file, per offset, the record's
+    CreateTime, its batch's leader epoch and the payload JSON ({type, version, data})."""
+    out = dump_log_segments(files, "--cluster-metadata-decoder")
+    dumped: dict[Path, dict[int, dict[str, Any]]] = {}
+    current: dict[int, dict[str, Any]] = {}
+    epoch = -1
+    for line in out.splitlines():
+        if line.startswith("Dumping "):
+            current = dumped.setdefault(Path(line[len("Dumping "):]), {})
+        elif match := BATCH.match(line):
+            epoch = int(match[3])
+        elif match := DUMP_RECORD.match(line):
+            payload = match[3]
+            assert payload.startswith("{"), f"Kafka's decoder failed: {line}"
+            current[int(match[1])] = {"time": int(match[2]), "epoch": epoch, **json.loads(payload)}
+    return dumped

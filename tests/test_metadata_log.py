@@ -8,9 +8,7 @@ decode the real metadata log of the local cluster and compare every record with 
 
 from __future__ import annotations
 
-import json
 import os
-import re
 import struct
 import zipfile
 from collections import Counter
@@ -49,7 +47,7 @@ from collectors.logdir.metadata.specs import (
 )
 from replmon.testbed.kafka_view import KafkaView, PartitionView, wait_until
 from replmon.testbed.localcluster import LocalCluster, artifacts
-from tests.kafka_dump import BATCH, dump_log_segments
+from tests.kafka_dump import dump_metadata_log as dump
 
 SPECS = metadata_specs()
 METADATA_DIR = "__cluster_metadata-0"
@@ -458,26 +456,6 @@ def test_snapshots_are_listed_by_their_file_names_and_read_whole(tmp_path: Path)
 
 
 # ---------------------------------------------------------------------------------------------- the oracle
-DUMP_RECORD = re.compile(r"^\| offset: (\d+) CreateTime: (-?\d+) .*? payload: (.*)$")
-
-
-def dump(files: list[Path]) -> dict[Path, dict[int, dict[str, Any]]]:
-    """Kafka's DumpLogSegments with its cluster metadata decoder on ``files``: per file, per offset, the record's
-    CreateTime, its batch's leader epoch and the payload JSON ({type, version, data})."""
-    out = dump_log_segments(files, "--cluster-metadata-decoder")
-    dumped: dict[Path, dict[int, dict[str, Any]]] = {}
-    current: dict[int, dict[str, Any]] = {}
-    epoch = -1
-    for line in out.splitlines():
-        if line.startswith("Dumping "):
-            current = dumped.setdefault(Path(line[len("Dumping "):]), {})
-        elif match := BATCH.match(line):
-            epoch = int(match[3])
-        elif match := DUMP_RECORD.match(line):
-            payload = match[3]
-            assert payload.startswith("{"), f"Kafka's decoder failed: {line}"
-            current[int(match[1])] = {"time": int(match[2]), "epoch": epoch, **json.loads(payload)}
-    return dumped
 
 
 def enum_name(name: str) -> str:

@@ -1,9 +1,11 @@
 """The log-dir agent as a service: ``replmon agent`` once the front door has resolved the configuration.
 
 Scans the log dirs every ``collector.interval_s`` (or once), printing samples as JSON lines (``--output -``)
-or publishing them to the samples topic. A cycle that overruns the interval is reported and the ticks it
-overran are skipped, never piled up. A log dir that cannot be read is reported once when it fails and once
-when it is back; the other log dirs are scanned meanwhile.
+or publishing them to the samples topic. Where a log dir holds the KRaft metadata log, its partition changes are
+read and published every ``collector.metadata_interval_s`` in between (:mod:`collectors.logdir.metadata.tail`).
+A cycle that overruns the interval is reported and the ticks it overran are skipped, never piled up. A log dir
+that cannot be read is reported once when it fails and once when it is back; the other log dirs are scanned
+meanwhile.
 """
 
 from __future__ import annotations
@@ -11,11 +13,12 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from collectors.logdir.files import VerifiedBatches
-from collectors.logdir.scanner import LogDirScan, scan_log_dirs
+from collectors.logdir.metadata.tail import MetadataTail, TailRead, find_metadata_log
+from collectors.logdir.scanner import LogDirScan, read_broker_id, scan_log_dirs
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 
@@ -58,6 +61,35 @@ class LogDirReporter:
                 del self._failing[scan.log_dir]
 
 
+class TailReporter:
+    """Tells the operator what the metadata tail skipped or could not read, once per new kind of trouble."""
+
+    def __init__(self) -> None:
+        self._skipped: set[object] = set()
+
+    def report(self, read: TailRead) -> None:
+        for skipped in sorted(set(read.skipped) - self._skipped):
+            say(f"metadata log: skipping {skipped.type} version {skipped.version} records (no schema here)")
+            self._skipped.add(skipped)
+        for problem in read.problems[:5]:
+            say(f"metadata log: {problem}")
+        if read.restarted:
+            say(f"metadata log: {read.restarted}; reading again from the newest snapshot")
+
+
+def metadata_tail(config: ReplmonConfig, log_dirs: Sequence[Path], cluster: str, agent_id: str,
+                  broker_id: int | None) -> MetadataTail | None:
+    """The tail of the metadata log in ``log_dirs``; None when none holds one or the configuration turns it off."""
+    if config.collector.metadata_interval_s is None:
+        return None
+    found = find_metadata_log(list(log_dirs))
+    if found is None:
+        return None
+    node = broker_id if broker_id is not None else read_broker_id(found.parent)
+    say(f"following the metadata log {found} every {config.collector.metadata_interval_s:g} s")
+    return MetadataTail(found, cluster, agent_id, node)
+
+
 def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, broker_id: int | None = None,
           once: bool = False, json_lines: bool = False) -> int:
     """Scan ``log_dirs`` (of one broker of ``cluster``) every ``collector.interval_s`` until interrupted, or once
@@ -80,10 +112,20 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
     reporter = LogDirReporter()
     verified = VerifiedBatches()
     interval = config.collector.interval_s
+    tail = metadata_tail(config, log_dirs, cluster, agent_id, broker_id)
+    tail_reporter = TailReporter()
+
+    def follow_metadata() -> None:
+        if tail is not None:
+            read = tail.poll()
+            tail_reporter.report(read)
+            sink.publish(read.changes)
+
     cycle = 0
     try:
         next_tick = time.monotonic()
         while True:
+            follow_metadata()
             scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, broker_id, verified)
             reporter.report(scans)
             sink.publish(s for scan in scans for s in scan.samples)
@@ -102,6 +144,20 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
                 say(f"cycle {cycle - 1} took longer than the interval ({interval:g} s): skipping {skipped} "
                     "cycle(s)")
                 next_tick += skipped * interval
-            time.sleep(max(0.0, next_tick - time.monotonic()))
+            _wait(next_tick, None if tail is None else config.collector.metadata_interval_s, follow_metadata)
     finally:
         sink.close()
+
+
+def _wait(until: float, every_s: float | None, poll: Callable[[], None]) -> None:
+    """Sleep until the monotonic time ``until``, calling ``poll`` every ``every_s`` meanwhile (when given)."""
+    while True:
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        if every_s is None:
+            time.sleep(left)
+            return
+        time.sleep(min(left, every_s))
+        if until - time.monotonic() > 0:
+            poll()

@@ -32,6 +32,15 @@ class EventType(StrEnum):
     STALE = "STALE"
 
 
+class EventSource(StrEnum):
+    """What revealed an event."""
+
+    SAMPLER = "sampler"  # the protocol sampler's samples: the change happened at most one cycle before
+    METADATA_LOG = "metadata_log"  # a record of the KRaft metadata log: at the controller's own time
+    LOG_DIR = "log_dir"  # the log-dir agent's reading of a replica on disk
+    JOB = "job"  # the job itself (a silence its timer noticed)
+
+
 class Severity(StrEnum):
     INFO = "info"
     WARNING = "warning"
@@ -58,10 +67,14 @@ class Event(BaseModel):
     partition: int | None = None
     """The partition's number."""
     event_time_ms: int
-    """Milliseconds since the epoch, on the collector's clock: the sample time that revealed the event (for STALE,
-    the job's processing time that noticed the silence)."""
+    """Milliseconds since the epoch: when it happened, as well as ``source`` tells. For metadata_log, the active
+    controller's time of the record; for sampler and log_dir, the collector's time of the sample that revealed it
+    (the change happened within the cycle before); for job (STALE), the job's time that noticed the silence."""
     detected_time_ms: int
     """Milliseconds since the epoch, on the job's clock: when the job processed the sample."""
+    source: EventSource | None = None
+    """What revealed it: metadata_log (the controller's record), sampler (protocol samples), log_dir (the log-dir
+    agent's reading of a disk) or job."""
     brokers: list[int] = []
     """Broker ids involved: who left or joined the ISR, who truncated, who diverged, the old and new leader."""
     leader: int | None = None

@@ -30,6 +30,7 @@ TimeMs = Annotated[int, Field(ge=0, le=2**53)]
 PARTITION_SCHEMA: Final = "partition/v1"
 REPLICA_SCHEMA: Final = "replica/v1"
 CYCLE_SCHEMA: Final = "cycle/v1"
+PARTITION_CHANGE_SCHEMA: Final = "partition_change/v1"
 
 
 class ReplicaError(StrEnum):
@@ -40,6 +41,13 @@ class ReplicaError(StrEnum):
     OFFLINE = "offline"  # Kafka lists it in offline_replicas (log dir failure)
     NOT_LEADER = "not_leader"  # leader-only offsets asked of a broker that is no longer leader
     UNKNOWN = "unknown"  # any other error code; the detail is in ``error_detail``
+
+
+class LeaderRecoveryState(StrEnum):
+    """Kafka's LeaderRecoveryState of a partition (KIP-704)."""
+
+    RECOVERED = "recovered"  # the leader's log is whole: elected from the ISR or ELR, or recovered since
+    RECOVERING = "recovering"  # an unclean election: the leader, from outside the ISR, is recovering its log
 
 
 class _Record(BaseModel):
@@ -195,11 +203,66 @@ class CycleSample(_Record):
     """Why the cycle failed, when it did."""
 
 
-Sample = PartitionSample | ReplicaSample | CycleSample
-SAMPLE_MODELS: dict[str, type[PartitionSample] | type[ReplicaSample] | type[CycleSample]] = {
+class PartitionChange(_Record):
+    """A partition as one record of the KRaft metadata log (``__cluster_metadata-0``) left it, read from disk by the
+    log-dir agent: the controller's own history of the partition, every ISR and leader change at the controller's
+    time, also those between two protocol samples. Every agent that reads a copy of the log publishes the same
+    records; ``metadata_offset`` tells them apart and the job applies each once."""
+
+    schema_: Literal["partition_change/v1"] = Field(default=PARTITION_CHANGE_SCHEMA, alias="schema")
+    """The record's kind and version."""
+    cluster: str = Field(min_length=1, max_length=200)
+    """The watched cluster's name."""
+    agent_id: str = Field(min_length=1, max_length=200)
+    """Which agent read it."""
+    broker_id: BrokerId
+    """The node whose copy of the metadata log the agent read."""
+    metadata_offset: Offset
+    """The record's offset in the metadata log: orders the changes of the cluster."""
+    append_time_ms: TimeMs
+    """Milliseconds since the epoch, on the active controller's clock, when it appended the record."""
+    record_type: Literal["PartitionRecord", "PartitionChangeRecord", "ClearElrRecord"]
+    """The metadata record: PartitionRecord (the partition created, or its whole registration), PartitionChangeRecord
+    (a change to it), ClearElrRecord (its ELR cleared)."""
+    topic: str = Field(min_length=1, max_length=249)
+    """The topic's name (from the log's TopicRecord)."""
+    topic_id: str
+    """The topic's id (Kafka's base64 form)."""
+    partition: PartitionId
+    """The partition's number."""
+    leader: BrokerId
+    """The leader after the record; -1 when the partition has no leader."""
+    leader_epoch: Epoch
+    """The leader epoch after the record (the controller raises it with every leader it records)."""
+    partition_epoch: Epoch
+    """The partition epoch after the record (raised by every change)."""
+    replicas: list[BrokerId]
+    """The assigned replicas after the record."""
+    isr: list[BrokerId]
+    """The in-sync replicas after the record."""
+    elr: list[BrokerId]
+    """The eligible leader replicas after the record (KIP-966; empty without them)."""
+    last_known_elr: list[BrokerId]
+    """The last known ELR after the record."""
+    leader_recovery_state: LeaderRecoveryState
+    """recovering after an unclean election, until the new leader has recovered its log; else recovered."""
+    previous_leader: BrokerId | None = None
+    """The leader before the record; None when the record created the partition or the agent knew it no earlier."""
+    previous_leader_epoch: Epoch | None = None
+    """The leader epoch before the record."""
+    previous_isr: list[BrokerId] | None = None
+    """The in-sync replicas before the record: whom an election is judged against."""
+    previous_elr: list[BrokerId] | None = None
+    """The eligible leader replicas before the record."""
+
+
+Sample = PartitionSample | ReplicaSample | CycleSample | PartitionChange
+SampleModel = type[PartitionSample] | type[ReplicaSample] | type[CycleSample] | type[PartitionChange]
+SAMPLE_MODELS: dict[str, SampleModel] = {
     PARTITION_SCHEMA: PartitionSample,
     REPLICA_SCHEMA: ReplicaSample,
     CYCLE_SCHEMA: CycleSample,
+    PARTITION_CHANGE_SCHEMA: PartitionChange,
 }
 
 

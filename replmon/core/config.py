@@ -149,6 +149,10 @@ class CollectorConfig(_Section):
     """A cycle waits for the brokers' answers at most this share of ``interval_s`` (at least 1 s, at most
     ``request_timeout_ms``): a broker that does not answer (paused, partitioned off) costs a cycle no more than
     that, its replicas are marked unreachable, and the next cycle starts on time."""
+    metadata_interval_s: float | None = Field(default=0.25, gt=0)
+    """How often the log-dir agent reads what the KRaft metadata log (``__cluster_metadata-0``, when one of its log
+    dirs holds it) appended, and publishes its partition changes: ISR and leader changes at the controller's
+    time, detected about this much after the controller wrote them. Null: the agent does not read it."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = Field(default=9465, ge=0, le=65535)
     """The collector's /metrics port: 0 picks a free one (printed at start), null serves none."""

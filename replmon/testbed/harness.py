@@ -203,6 +203,19 @@ class Pipeline:
         for stage in STAGES:
             self.spawn(stage)
 
+    def reconfigure(self, stage: str, overrides: Mapping[str, Mapping[str, Any]] | None) -> None:
+        """Restart ``stage`` on its own configuration: the pipeline's with ``overrides`` by section, or again on the
+        pipeline's with None. (Not for a stage with its own security settings.)"""
+        self.stop(stage)
+        if overrides is None:
+            self.configs.pop(stage, None)
+        else:
+            settings = copy.deepcopy(self.settings)
+            for section, values in overrides.items():
+                settings[section] = {**settings.get(section, {}), **values}
+            self.configs[stage] = write_config(self.root / f"replmon-{stage}.yaml", settings)
+        self.spawn(stage)
+
     def start_job(self, timeout_s: float = JOB_START_TIMEOUT_S) -> None:
         """Start the job and wait for its first micro-batch."""
         self.spawn("stream")

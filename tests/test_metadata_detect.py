@@ -1,0 +1,232 @@
+"""The KRaft metadata log as the job reads it (pure): the agent's replay of the log (collectors.logdir.metadata.view)
+and the detection of ISR and leader changes from its records (streaming.detect.step_partition_change), with the
+protocol samples beside them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from collectors.logdir.metadata.batches import MetadataRecord
+from collectors.logdir.metadata.view import MetadataView
+from replmon.contracts.events import EventSource, EventType
+from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, parse_sample, to_json
+from streaming.detect import step_partition_change
+from streaming.processor import KIND_EVENT, process_bucket
+from tests.test_detect import CFG, Feed, S, sample
+
+TOPIC_ID = "7J5r3yWzTqWbL3X8RvoL0A"
+
+
+def record(offset: int, kind: str, fields: dict[str, Any], time_ms: int | None = None) -> MetadataRecord:
+    return MetadataRecord(offset=offset, append_time_ms=offset * 10 if time_ms is None else time_ms,
+                          leader_epoch=1, api_key=0, type=kind, version=0, fields=fields)
+
+
+def partition_record(offset: int, *, isr: list[int], leader: int = 1, epoch: int = 0) -> MetadataRecord:
+    return record(offset, "PartitionRecord", {
+        "partitionId": 7, "topicId": TOPIC_ID, "replicas": [1, 2, 3], "isr": isr, "removingReplicas": [],
+        "addingReplicas": [], "leader": leader, "leaderRecoveryState": 0, "leaderEpoch": epoch,
+        "partitionEpoch": 0, "directories": [], "eligibleLeaderReplicas": None, "lastKnownElr": None})
+
+
+def change_record(offset: int, *, isr: list[int] | None = None, leader: int = -2, recovery: int = -1,
+                  elr: list[int] | None = None, time_ms: int | None = None) -> MetadataRecord:
+    return record(offset, "PartitionChangeRecord", {
+        "partitionId": 7, "topicId": TOPIC_ID, "isr": isr, "leader": leader, "replicas": None,
+        "removingReplicas": None, "addingReplicas": None, "leaderRecoveryState": recovery, "directories": None,
+        "eligibleLeaderReplicas": elr, "lastKnownElr": None}, time_ms)
+
+
+def topic_record(offset: int = 0) -> MetadataRecord:
+    return record(offset, "TopicRecord", {"name": "orders", "topicId": TOPIC_ID})
+
+
+# ------------------------------------------------------------------------------------------------ the replay
+
+def test_the_view_replays_kafkas_merge_rules() -> None:
+    view = MetadataView("prod", "a/logdir-agent", 1)
+    assert view.apply(topic_record(0)) == []
+    (created,) = view.apply(partition_record(1, isr=[1, 2, 3], epoch=4))
+    assert (created.leader, created.leader_epoch, created.isr, created.previous_isr) == (1, 4, [1, 2, 3], None)
+    (shrunk,) = view.apply(change_record(2, isr=[1, 3]))  # no leader change: the leader epoch stays
+    assert (shrunk.leader, shrunk.leader_epoch, shrunk.partition_epoch) == (1, 4, 1)
+    assert (shrunk.isr, shrunk.previous_isr, shrunk.previous_leader) == ([1, 3], [1, 2, 3], 1)
+    (elected,) = view.apply(change_record(3, leader=3, isr=[3], recovery=1, elr=[]))
+    assert (elected.leader, elected.leader_epoch, elected.partition_epoch) == (3, 5, 2)
+    assert elected.leader_recovery_state is LeaderRecoveryState.RECOVERING
+    assert (elected.previous_leader, elected.previous_leader_epoch, elected.previous_isr) == (1, 4, [1, 3])
+    (recovered,) = view.apply(change_record(4, recovery=0))  # -1 would keep it: 0 is RECOVERED
+    assert recovered.leader_recovery_state is LeaderRecoveryState.RECOVERED
+    (bumped,) = view.apply(change_record(5, leader=3))  # the same leader named again: a new epoch (Kafka's rule)
+    assert (bumped.leader, bumped.leader_epoch) == (3, 6)
+    assert parse_sample(to_json(bumped)) == bumped  # the record validates as its contract
+
+
+def test_the_view_clears_elr_forgets_removed_topics_and_skips_what_it_cannot_place() -> None:
+    view = MetadataView("prod", "a", 1)
+    assert view.apply(change_record(1, isr=[1])) == []  # no registration read yet: nothing to merge into
+    view.apply(topic_record(2))
+    view.apply(partition_record(3, isr=[1, 2, 3]))
+    (with_elr,) = view.apply(change_record(4, isr=[1], elr=[2, 3]))
+    assert with_elr.elr == [2, 3]
+    (cleared,) = view.apply(record(5, "ClearElrRecord", {"topicName": "orders"}))
+    assert (cleared.elr, cleared.last_known_elr, cleared.record_type) == ([], [], "ClearElrRecord")
+    assert view.apply(record(6, "ClearElrRecord", {"topicName": ""})) == []  # nothing left to clear
+    assert view.apply(record(7, "RemoveTopicRecord", {"topicId": TOPIC_ID})) == []
+    assert view.partitions == {} and view.topics == {}
+    assert view.apply(record(8, "FenceBrokerRecord", {"id": 2, "epoch": 9})) == []
+
+
+def test_a_snapshot_replaces_the_view_and_reports_nothing() -> None:
+    view = MetadataView("prod", "a", 1)
+    view.apply(topic_record(0))
+    view.apply(partition_record(1, isr=[1]))
+    view.load_snapshot([topic_record(0), partition_record(1, isr=[1, 2, 3], epoch=9)])
+    (change,) = view.apply(change_record(50, isr=[1, 2]))
+    assert (change.leader_epoch, change.previous_isr, change.isr) == (9, [1, 2, 3], [1, 2])
+
+
+# --------------------------------------------------------------------------------------- detection from it
+
+class Changes:
+    """PartitionChange records of the partition the samples of tests.test_detect describe (prod/orders-7), as the
+    agent's replay makes them, one metadata offset after another."""
+
+    def __init__(self, *, isr: list[int], leader: int = 1, epoch: int = 5) -> None:
+        self.view = MetadataView("prod", "agent-1", 1)
+        self.view.apply(record(0, "TopicRecord", {"name": "orders", "topicId": TOPIC_ID}))
+        self.view.apply(partition_record(1, isr=isr, leader=leader, epoch=epoch))
+        self.offset = 1
+
+    def change(self, t_ms: int, **fields: Any) -> dict[str, Any]:
+        self.offset += 1
+        (change,) = self.view.apply(change_record(self.offset, time_ms=t_ms, **fields))
+        return change.model_dump()
+
+
+def apply(feed: Feed, change: dict[str, Any]) -> list[Any]:
+    state, events = step_partition_change(feed.state, change, feed.cfg)
+    feed.state = state
+    feed.events += events
+    return events
+
+
+def at_ms(t_ms: int, s: dict[str, Any]) -> dict[str, Any]:
+    """A sample taken at ``t_ms``."""
+    return {**s, "sample_time_ms": t_ms}
+
+
+def kinds(events: Iterable[Any]) -> list[tuple[EventType, int]]:
+    return [(e.type, e.event_time_ms) for e in events]
+
+
+def test_an_isr_flap_between_two_samples_is_reported_at_the_controllers_times() -> None:
+    feed, log = Feed(), Changes(isr=[1, 2, 3])
+    feed.partition(sample(0))
+    shrink = apply(feed, log.change(3_250, isr=[1, 3]))
+    expand = apply(feed, log.change(7_400, isr=[1, 3, 2]))
+    assert kinds(shrink + expand) == [(EventType.ISR_SHRINK, 3_250), (EventType.ISR_EXPAND, 7_400)]
+    assert all(e.source is EventSource.METADATA_LOG for e in shrink + expand)
+    assert (shrink[0].brokers, expand[0].brokers) == ([2], [2])
+    assert feed.partition(sample(10)) == []  # the next sample shows what the log told: nothing new
+
+
+def test_each_record_is_applied_once_whichever_agents_publish_it() -> None:
+    feed, log = Feed(), Changes(isr=[1, 2, 3])
+    feed.partition(sample(0))
+    shrink = log.change(3_000, isr=[1, 3])
+    assert len(apply(feed, shrink)) == 1
+    assert apply(feed, {**shrink, "agent_id": "agent-2", "broker_id": 2}) == []
+    assert feed.state is not None and feed.state.meta.metadata_offset == shrink["metadata_offset"]
+
+
+def test_a_change_the_samples_showed_first_makes_no_second_event() -> None:
+    feed, log = Feed(), Changes(isr=[1, 2, 3])
+    feed.partition(sample(0))
+    sampled = feed.partition(sample(5, isr=[1, 3]))
+    assert [(e.type, e.source) for e in sampled] == [(EventType.ISR_SHRINK, EventSource.SAMPLER)]
+    assert apply(feed, log.change(4_800, isr=[1, 3])) == []  # the agent's record arrived after the sample
+
+
+def test_a_sample_taken_before_a_recorded_change_or_while_brokers_catch_up_does_not_undo_it() -> None:
+    feed, log = Feed(), Changes(isr=[1, 2, 3])
+    feed.partition(sample(0))
+    apply(feed, log.change(5_000, isr=[1, 3]))
+    # a broker that has not applied the record yet still answers the old ISR 0.4 s later
+    assert feed.partition(at_ms(5_400, sample(5, isr=[1, 2, 3]))) == []
+    assert feed.state is not None and feed.state.meta.isr == (1, 3)
+    expand = feed.partition(sample(10, isr=[1, 3, 2]))  # later samples are judged again (no agent, say)
+    assert [(e.type, e.source) for e in expand] == [(EventType.ISR_EXPAND, EventSource.SAMPLER)]
+
+
+def test_a_leader_that_rejoined_the_isr_between_two_samples_and_was_elected_is_clean() -> None:
+    feed, log = Feed(), Changes(isr=[1, 3])
+    feed.partition(sample(0, isr=[1, 3]))
+    expand = log.change(2_000, isr=[1, 3, 2])
+    election = log.change(3_000, leader=2, isr=[3, 2])
+    apply(feed, expand)
+    (change, shrink) = apply(feed, election)
+    assert (change.type, change.clean, change.source) == (EventType.LEADER_CHANGE, True, EventSource.METADATA_LOG)
+    assert (change.leader, change.previous_leader, change.leader_epoch, change.event_time_ms) == (2, 1, 6, 3_000)
+    assert (shrink.type, shrink.brokers) == (EventType.ISR_SHRINK, [1])
+
+    # an agent that started after the expand: its record of the election tells the ISR the controller judged by
+    late, log = Feed(), Changes(isr=[1, 3])
+    late.partition(sample(0, isr=[1, 3]))
+    log.change(2_000, isr=[1, 3, 2])
+    (change, *_) = apply(late, log.change(3_000, leader=2, isr=[3, 2]))
+    assert (change.type, change.clean, change.previous_isr) == (EventType.LEADER_CHANGE, True, [1, 3, 2])
+
+
+def test_an_election_the_controller_recorded_as_unclean_is_unclean_and_forced_when_the_topic_forbids_it() -> None:
+    feed, log = Feed(), Changes(isr=[1])
+    feed.partition(sample(0, isr=[1]))
+    apply(feed, log.change(1_000, leader=-1))
+    (change, *_) = [e for e in apply(feed, log.change(4_000, leader=2, isr=[2], recovery=1))
+                    if e.type is EventType.LEADER_CHANGE]
+    assert (change.clean, change.forced, change.previous_isr) == (False, True, [1])
+    assert change.severity == "critical"
+
+
+def test_a_late_sample_of_the_ended_epoch_raises_what_it_committed_and_is_no_epoch_regression() -> None:
+    feed, log = Feed(), Changes(isr=[1])
+    feed.partition(sample(0, isr=[1], hw=100, leos={1: 100, 2: 60, 3: 60}))
+    apply(feed, log.change(3_000, leader=2, isr=[2], recovery=1))
+    assert feed.state is not None and feed.state.meta.loss is not None
+    assert feed.state.meta.loss.committed_end == 100
+    # the sampler's cycle started before the election and its answers came from broker 1, leader alone
+    late = feed.partition(at_ms(2_500, sample(2, isr=[1], hw=130, leos={1: 130, 2: 60, 3: 60})))
+    assert EventType.EPOCH_REGRESSION not in [e.type for e in late]
+    assert feed.state.meta.loss.committed_end == 130
+    settled = feed.partition(sample(6, leader=2, epoch=6, isr=[2], hw=70, leos={1: None, 2: 70, 3: 60},
+                                    lineage=[(0, 0), (6, 60)]))
+    (loss,) = [e for e in settled if e.type is EventType.DATA_LOSS]
+    assert (loss.committed_lost, loss.offset_start, loss.offset_end) == (70, 60, 130)
+
+
+def test_records_of_an_unsampled_partition_or_an_older_epoch_change_nothing() -> None:
+    log = Changes(isr=[1, 2, 3])
+    assert step_partition_change(None, log.change(1_000, isr=[1, 3]), CFG) == (None, [])
+    feed = Feed()
+    feed.partition(sample(10, epoch=7))
+    old = log.change(2_000, leader=2)  # epoch 6 < the sampled 7
+    assert apply(feed, old) == []
+    assert feed.state is not None and (feed.state.meta.leader, feed.state.meta.leader_epoch) == (1, 7)
+
+
+def test_the_processor_orders_records_and_samples_by_time_and_shows_the_new_isr_at_once() -> None:
+    log = Changes(isr=[1, 2, 3])
+    first = sample(0)
+    change = log.change(3 * S, isr=[1, 3])
+    rows = pd.DataFrame({
+        "kind": ["m", "p"], "sample": [to_json(PartitionChange(**change)).decode(), json.dumps(first)],
+        "sample_time_ms": [3 * S, 0], "cycle": [change["metadata_offset"], 0]})
+    _, out = process_bucket({}, rows, CFG, now_ms=4 * S)
+    events = [r for r in out if r["kind"] == KIND_EVENT]
+    assert [r["event_type"] for r in events] == ["ISR_SHRINK"]
+    (metrics,) = [r for r in out if r["kind"] == "partition"]
+    assert metrics["isr"] == [1, 3]
