@@ -1,10 +1,12 @@
 """Benchmark of detection delay: for each fault of the demo's timeline, how long after Kafka itself reacted replmon
 reported it, at the default intervals (a collector cycle every 5 s, a micro-batch every 2 s).
 
-    .venv/bin/python bench/bench_detection.py [--rounds 3] [--interval-s 5] [--trigger-s 2] [--no-write]
+    .venv/bin/python bench/bench_detection.py [--rounds 3] [--interval-s 5] [--trigger-s 2] [--no-agents]
+                                              [--no-write]
 
 Starts a 3-broker watched cluster and a one-broker transport cluster in a temporary directory, the pipeline
-(``replmon collect`` and ``replmon stream`` through the test bed's harness) and two sequenced producers that write
+(``replmon collect``, a log-dir agent beside each broker as ``replmon run`` starts them, and ``replmon stream``,
+through the test bed's harness; ``--no-agents``: the protocol sampler alone) and two sequenced producers that write
 through every fault (acks=all on a topic with min.insync.replicas 2, acks=1 on one with 1). Each round injects:
 a follower paused (ISR_SHRINK), resumed (ISR_EXPAND), the leader killed (a clean LEADER_CHANGE), both followers
 stopped (UNDER_MIN_ISR_START), and an unclean election of a stale follower (an unclean LEADER_CHANGE).
@@ -104,6 +106,8 @@ class Delay:
     injected: float
     kafka: float | None = None
     replmon: float | None = None
+    source: str | None = None
+    """What revealed the event (its ``source``: metadata_log, sampler)."""
 
     @property
     def kafka_s(self) -> float | None:
@@ -148,7 +152,9 @@ class Round:
             (e for e in self.seen if e.get("topic") == topic and e["type"] == event and replmon_saw(e)
              and e["detected_time_ms"] / 1000 >= injected), None))
         delay.replmon = found["detected_time_ms"] / 1000
-        log(f"{fault}: Kafka after {delay.kafka_s:.1f} s, replmon {delay.beyond_kafka_s:.1f} s later")
+        delay.source = found.get("source")
+        log(f"{fault}: Kafka after {delay.kafka_s:.1f} s, replmon {delay.beyond_kafka_s:.1f} s later "
+            f"(from the {delay.source})")
         self.delays.append(delay)
 
     def full_isr(self, topic: str) -> bool:
@@ -220,6 +226,8 @@ def run(args: argparse.Namespace, work: Path) -> list[Delay]:
             for producer in producers:
                 producer.start()
             pipeline.start()
+            if args.agents:
+                pipeline.spawn_agents()
             log(f"pipeline started (collector every {args.interval_s:g} s, micro-batch every {args.trigger_s:g} s)")
             pipeline.wait_first_batch()
             for number in range(args.rounds):
@@ -239,19 +247,23 @@ def run(args: argparse.Namespace, work: Path) -> list[Delay]:
 def report(delays: list[Delay], args: argparse.Namespace, command: str) -> str:
     lines = [f"## {HEADING}", "",
              f"`{command}`: {args.rounds} round(s) of the demo's faults, producers writing throughout; collector every "
-             f"{args.interval_s:g} s, a micro-batch every {args.trigger_s:g} s. *Kafka* is how long after the "
+             f"{args.interval_s:g} s, a micro-batch every {args.trigger_s:g} s, "
+             + ("a log-dir agent beside each broker following its copy of the metadata log every 0.25 s"
+                if args.agents else "no log-dir agent (the protocol sampler alone)")
+             + ". *Kafka* is how long after the "
              "injection Kafka's own metadata showed the change (polled every 100 ms); *replmon* is how long after "
              "that the job reported the event (its `detected_time_ms`).", "",
-             "| fault | event | Kafka (s, median) | replmon after Kafka (s): median | max |",
-             "|---|---|---:|---:|---:|"]
+             "| fault | event | Kafka (s, median) | replmon after Kafka (s): median | max | reported from |",
+             "|---|---|---:|---:|---:|---|"]
     by_event: dict[tuple[str, str], list[Delay]] = {}
     for d in delays:
         by_event.setdefault((d.kind, d.event), []).append(d)
     for (kind, event), group in by_event.items():
         kafka = [d.kafka_s for d in group if d.kafka_s is not None]
         beyond = [d.beyond_kafka_s for d in group if d.beyond_kafka_s is not None]
+        sources = ", ".join(sorted({d.source or "?" for d in group}))
         lines.append(f"| {kind} | {event} | {statistics.median(kafka):.1f} | {statistics.median(beyond):.1f} | "
-                     f"{max(beyond):.1f} |")
+                     f"{max(beyond):.1f} | {sources} |")
     everything = [d.beyond_kafka_s for d in delays if d.beyond_kafka_s is not None]
     lines += ["", f"All faults: replmon reported {statistics.median(everything):.1f} s (median), "
               f"{max(everything):.1f} s (max) after Kafka reacted. Plot: [bench_detection.png](bench_detection.png).",
@@ -285,6 +297,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--interval-s", type=float, default=5.0, help="collector.interval_s (default: its default)")
     parser.add_argument("--trigger-s", type=float, default=2.0, help="stream.trigger_interval_s (its default)")
+    parser.add_argument("--no-agents", dest="agents", action="store_false",
+                        help="no log-dir agents: ISR and leader changes from the protocol sampler alone")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
     args = parser.parse_args()
     command = "python bench/bench_detection.py " + shlex.join(sys.argv[1:])

@@ -119,6 +119,10 @@ class PartitionMetrics(NamedTuple):
     replicas: tuple[int, ...]
     hw_stalled: bool
     stale: bool
+    elr: tuple[int, ...]
+    """Eligible leader replicas (KIP-966); empty when none or not reported."""
+    last_known_elr: tuple[int, ...]
+    """The last known ELR (KIP-966); empty when none or not reported."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -171,6 +175,7 @@ def step_dict(
         or tuple(s["isr"]) != pm.isr
         or tuple(s["replicas"]) != pm.replicas
         or _opt_tuple(s.get("elr")) != pm.elr
+        or _opt_tuple(s.get("last_known_elr")) != pm.last_known_elr
         or s.get("min_insync_replicas") not in (None, pm.min_insync_replicas)
         or s.get("unclean_leader_election") not in (None, pm.unclean_leader_election)
         or pm.epoch_regressed_to is not None
@@ -239,9 +244,10 @@ def step_partition_change(
         or tuple(c["isr"]) != pm.isr
         or tuple(c["replicas"]) != pm.replicas
         or (tuple(elr) != pm.elr and (pm.elr is not None or elr))
+        or tuple(c["last_known_elr"]) != (pm.last_known_elr or ())
     ):
         s = {"leader": c["leader"], "leader_epoch": c["leader_epoch"], "replicas": c["replicas"], "isr": c["isr"],
-             "elr": elr if pm.elr is not None or elr else None}
+             "elr": elr if pm.elr is not None or elr else None, "last_known_elr": c["last_known_elr"]}
         previous_isr = c.get("previous_isr")
         judge = None if previous_isr is None else Judgement(
             tuple(previous_isr), tuple(c.get("previous_elr") or ()),
@@ -394,7 +400,7 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         offline=offline, under_replicated=under_replicated, under_min_isr=under_min_isr, at_min_isr=at_min_isr,
         high_watermark=hw, log_end_offset=leader_leo, log_start_offset=st.log_start_offset, hw_lag=hw_lag,
         max_follower_lag=max_lag, health=health, follower_lag=follower_lag, isr=m.isr, replicas=m.replicas,
-        hw_stalled=st.hw_stalled, stale=st.stale,
+        hw_stalled=st.hw_stalled, stale=st.stale, elr=m.elr or (), last_known_elr=m.last_known_elr or (),
     )
 
 
@@ -545,6 +551,7 @@ def _apply_metadata(
     m.isr = _ints(s["isr"])
     elr = s.get("elr")
     m.elr = None if elr is None else _ints(elr)
+    m.last_known_elr = _opt_tuple(s.get("last_known_elr"))
     if s.get("min_insync_replicas") is not None:
         m.min_insync_replicas = s["min_insync_replicas"]
     if s.get("unclean_leader_election") is not None:

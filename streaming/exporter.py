@@ -130,10 +130,14 @@ def partition_families(table: pd.DataFrame) -> list[Metric]:
             if value is not None and not pd.isna(value):
                 fams[name].add_metric(labels, float(value))
         in_isr = set(row.isr if row.isr is not None else ())
+        in_elr = set(row.elr if row.elr is not None else ())
+        in_last_known_elr = set(row.last_known_elr if row.last_known_elr is not None else ())
         lags = dict(row.follower_lag) if row.follower_lag is not None else {}
         for broker in row.replicas if row.replicas is not None else ():
             replica = [*labels, str(broker)]
             fams["replmon_replica_in_isr"].add_metric(replica, float(broker in in_isr))
+            fams["replmon_replica_in_elr"].add_metric(replica, float(broker in in_elr))
+            fams["replmon_replica_in_last_known_elr"].add_metric(replica, float(broker in in_last_known_elr))
             if broker == row.leader:
                 fams["replmon_replica_lag_messages"].add_metric(replica, 0.0)
             elif lags.get(broker) is not None:

@@ -105,6 +105,8 @@ class PartitionMeta:
     metadata_time_ms: int = -1
     """The controller's time of the newest partition change applied: samples taken before it (or just after, while
     the brokers' metadata catches up) tell nothing new of the leader and ISR."""
+    last_known_elr: tuple[int, ...] | None = None
+    """KIP-966's last known ELR: the replicas last in the ELR before it emptied (None when not reported)."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

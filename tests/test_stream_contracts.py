@@ -55,6 +55,8 @@ WRITTEN_SCHEMA = StructType([
     StructField("health", LongType(), True), StructField("follower_lag", MapType(LongType(), LongType()), True),
     StructField("isr", ArrayType(LongType()), True), StructField("replicas", ArrayType(LongType()), True),
     StructField("hw_stalled", BooleanType(), True), StructField("stale", BooleanType(), True),
+    # added at the end: history files written before them lack the columns
+    StructField("elr", ArrayType(LongType()), True), StructField("last_known_elr", ArrayType(LongType()), True),
 ])
 
 

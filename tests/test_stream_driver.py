@@ -147,7 +147,8 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
                      "high_watermark": 10, "log_end_offset": 10, "log_start_offset": 0, "hw_lag": 0,
                      "max_follower_lag": 7 if bad else 0, "health": 2 if bad else 5,
                      "follower_lag": {2: 0, 3: 7 if bad else 0}, "isr": [1, 2] if bad else [1, 2, 3],
-                     "replicas": [1, 2, 3], "hw_stalled": False, "stale": False})
+                     "replicas": [1, 2, 3], "hw_stalled": False, "stale": False,
+                     "elr": [3] if bad else [], "last_known_elr": []})
     return pd.DataFrame(rows)
 
 
@@ -178,6 +179,9 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
                           "replmon_broker_max_replica_lag_messages": {"1": 0.0, "2": 0.0, "3": 7.0}}
     lag = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_lag_messages"]}
     assert lag[("4", "3")] == 7.0 and lag[("4", "1")] == 0.0
+    elr = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_in_elr"]}
+    assert elr[("4", "3")] == 1.0 and elr[("4", "2")] == 0.0  # out of the ISR, eligible (the rows' ELR [3])
+    assert {v for _, v in m["replmon_replica_in_last_known_elr"]} == {0.0}
     assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 50.0)]
     assert m["replmon_epoch_divergences_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]

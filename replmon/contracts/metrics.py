@@ -53,6 +53,12 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Leader log end offset minus this replica's log end offset (its last one read when it does not "
                "answer: a dead or paused follower's lag keeps growing), clamped at 0.", True),
     MetricSpec("replmon_replica_in_isr", "gauge", REPLICA, "1 when the replica is in the ISR.", True),
+    MetricSpec("replmon_replica_in_elr", "gauge", REPLICA,
+               "1 when the replica is an eligible leader replica (KIP-966: out of the ISR, but holding every committed "
+               "message, electable cleanly).", True),
+    MetricSpec("replmon_replica_in_last_known_elr", "gauge", REPLICA,
+               "1 when the replica is in the last known ELR (KIP-966: last in the ELR before it emptied; a last-resort "
+               "election from it may lose data).", True),
     # --- aggregates (always exported) ---
     MetricSpec("replmon_cluster_partitions", "gauge", CLUSTER, "Partitions watched."),
     MetricSpec("replmon_cluster_under_replicated_partitions", "gauge", CLUSTER, "Partitions with ISR < replicas."),
