@@ -355,6 +355,10 @@ def brokers() -> Built:
              .with_panel(ts_panel("Max replica lag", [(f"replmon_broker_max_replica_lag_messages{{{cb}}}", legend)],
                                   description="Largest follower lag (leader LEO - replica LEO) among the broker's "
                                   "replicas, in messages."))
+             .with_panel(ts_panel("Max time lag of in-sync followers", [
+                 (f"replmon_broker_max_in_sync_replica_lag_seconds{{{cb}}}", legend)],
+                 description="How long the broker's most lagging follower still in the ISR has not caught up with "
+                 "its leader; Kafka drops it at replica.lag.time.max.ms (30 s by default).", unit="s"))
              .with_row(dash.Row("Partitions of the broker"))
              .with_panel(table_panel("Replicas out of ISR", [
                  (f"replmon_replica_in_isr{{{cb}}} == 0", "in ISR"),
@@ -421,6 +425,9 @@ def partition() -> Built:
                                   description="Leader log end offset minus high watermark, in messages."))
              .with_panel(ts_panel("Lag per replica", [(f"replmon_replica_lag_messages{{{p}}}", "broker {{broker}}")],
                                   description="Leader log end offset minus each replica's log end offset."))
+             .with_panel(ts_panel("Time lag per replica", [
+                 (f"replmon_replica_lag_seconds{{{p}}}", "broker {{broker}}")],
+                 description="How long ago the leader's log ended where each replica's ends now.", unit="s"))
              .with_panel(ts_panel("Leader and leader epoch", [
                  (f"replmon_partition_leader{{{p}}}", "leader (broker id)"),
                  (f"replmon_partition_leader_epoch{{{p}}}", "leader epoch"),

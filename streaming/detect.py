@@ -123,6 +123,11 @@ class PartitionMetrics(NamedTuple):
     """Eligible leader replicas (KIP-966); empty when none or not reported."""
     last_known_elr: tuple[int, ...]
     """The last known ELR (KIP-966); empty when none or not reported."""
+    follower_time_lag_ms: dict[int, int | None]
+    """Follower broker -> how long ago the leader's log ended where the follower's ends now (interpolated between
+    samples of the leader's LEO): Kafka drops a follower from the ISR when it has not caught up for
+    replica.lag.time.max.ms. 0 when caught up; for a follower behind everything remembered, the age of the oldest
+    reading (a lower bound); None when either LEO was never read."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -201,6 +206,7 @@ def step_dict(
     if st.meta.loss is not None and st.meta.loss.divergence is None:
         _settle_loss(st, out)  # a sample changes a settled loss only by the lineage that settles it
 
+    st.leader_log_end_history = _remember_leader_log_end(st, t)
     st.sample_time_ms = t
     st.cycle = cycle
     st.received_ms = out.detected_ms
@@ -352,6 +358,35 @@ def expire(state: PartitionState, now_ms: int, cfg: DetectConfig) -> tuple[Parti
     return st, out.events
 
 
+LEO_HISTORY_STEP_MS = 5_000
+LEO_HISTORY_LENGTH = 8
+"""The leader's LEO is remembered every 5 s at most, 8 times: the time lags of the last 35 to 40 s are measured
+(Kafka's replica.lag.time.max.ms defaults to 30 s), beyond that a lower bound; 8 pairs of integers per
+partition."""
+
+
+def _remember_leader_log_end(st: PartitionState, t: int) -> tuple[tuple[int, int], ...]:
+    history = st.leader_log_end_history
+    leader_leo = st.log_end_offsets.get(st.meta.leader)
+    if leader_leo is None or (history and t - history[-1][0] < LEO_HISTORY_STEP_MS):
+        return history
+    return (*history[-(LEO_HISTORY_LENGTH - 1):], (t, leader_leo))
+
+
+def _time_lag_ms(history: tuple[tuple[int, int], ...], now: int, leader_leo: int, follower_leo: int) -> int:
+    """How long ago the leader's log ended at ``follower_leo``: the newest stretch of the leader's LEO history
+    (with ``(now, leader_leo)`` last) that reached it, interpolated; behind all of it, the age of the oldest."""
+    if follower_leo >= leader_leo:
+        return 0
+    later_t, later_leo = now, leader_leo
+    for t, leo in reversed(history):
+        if leo <= follower_leo:
+            share = (follower_leo - leo) / (later_leo - leo) if later_leo > leo else 1.0
+            return max(0, now - int(t + share * (later_t - t)))
+        later_t, later_leo = t, leo
+    return max(0, now - later_t)
+
+
 def metrics_of(st: PartitionState) -> PartitionMetrics:
     """The metrics of a partition as its state holds it."""
     m = st.meta
@@ -359,6 +394,7 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
     leos = st.log_end_offsets
     leader_leo = leos.get(leader)
     follower_lag: dict[int, int | None] = {}
+    time_lag: dict[int, int | None] = {}
     max_lag: int | None = None
     for broker in m.replicas:
         if broker == leader:
@@ -367,10 +403,11 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         if leo is None:
             leo = st.last_log_end_offsets.get(broker)
         if leo is None or leader_leo is None:
-            follower_lag[broker] = None
+            follower_lag[broker] = time_lag[broker] = None
             continue
         lag = leader_leo - leo if leader_leo > leo else 0
         follower_lag[broker] = lag
+        time_lag[broker] = _time_lag_ms(st.leader_log_end_history, st.sample_time_ms, leader_leo, leo)
         if max_lag is None or lag > max_lag:
             max_lag = lag
     hw = st.high_watermark
@@ -401,6 +438,7 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         high_watermark=hw, log_end_offset=leader_leo, log_start_offset=st.log_start_offset, hw_lag=hw_lag,
         max_follower_lag=max_lag, health=health, follower_lag=follower_lag, isr=m.isr, replicas=m.replicas,
         hw_stalled=st.hw_stalled, stale=st.stale, elr=m.elr or (), last_known_elr=m.last_known_elr or (),
+        follower_time_lag_ms=time_lag,
     )
 
 
@@ -621,6 +659,7 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter, judge: 
         clean = False
     st.hw_stuck_since_ms = None
     st.hw_stalled = False
+    st.leader_log_end_history = ()  # the new leader's log: an unclean election may have cut it below the old one
     kind = {True: "clean", False: "UNCLEAN", None: "unjudged"}[clean]
     elr_text = "" if elr is None else f", ELR {list(elr)}"
     # the topic forbids unclean elections: an operator forced this one (ElectLeaders UNCLEAN)

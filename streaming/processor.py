@@ -181,7 +181,8 @@ def partition_row(m: PartitionMetrics) -> dict[str, Any]:
     row: dict[str, Any] = m._asdict()
     row.update(kind=KIND_PARTITION, health=int(m.health), isr=list(m.isr), replicas=list(m.replicas),
                elr=list(m.elr), last_known_elr=list(m.last_known_elr),
-               follower_lag={b: lag for b, lag in m.follower_lag.items() if lag is not None})
+               follower_lag={b: lag for b, lag in m.follower_lag.items() if lag is not None},
+               follower_time_lag_ms={b: lag for b, lag in m.follower_time_lag_ms.items() if lag is not None})
     return row
 
 
@@ -244,7 +245,7 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Output rows as a frame; absent values are None (a NaN in a map or array column breaks Arrow). From tuples:
     a third faster than from the dicts themselves, which pandas reads key by key."""
     frame = pd.DataFrame.from_records([tuple(map(row.get, OUTPUT_COLUMNS)) for row in rows], columns=OUTPUT_COLUMNS)
-    for column in ("follower_lag", "isr", "replicas", "elr", "last_known_elr"):
+    for column in ("follower_lag", "isr", "replicas", "elr", "last_known_elr", "follower_time_lag_ms"):
         frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
     return frame
 

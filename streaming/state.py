@@ -143,6 +143,10 @@ class PartitionState:
     """The highest offset known committed in the current leader epoch's log (exclusive): sampled high
     watermarks, HW checkpoints, the leader's log end offset while the ISR is the leader alone. A leader change
     moves it into :attr:`PartitionMeta.loss`."""
+    leader_log_end_history: tuple[tuple[int, int], ...] = ()
+    """``(sample_time_ms, the leader's LEO)`` of past samples, oldest first, at least ``LEO_HISTORY_STEP_MS``
+    apart, at most ``LEO_HISTORY_LENGTH``: when the leader's log reached an offset, for the followers' time lag
+    (reset by a leader change)."""
 
     @classmethod
     def new(cls, cluster: str, topic: str, partition: int, topic_id: str | None = None) -> PartitionState:

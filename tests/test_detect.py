@@ -187,6 +187,38 @@ def test_a_silent_followers_lag_grows_from_its_last_known_log_end_offset() -> No
     assert m.follower_lag == {2: 0, 3: 260 - 95} and m.max_follower_lag == 165
 
 
+def test_a_followers_time_lag_is_when_the_leaders_log_ended_where_the_followers_ends_now() -> None:
+    """Samples every 5 s of a leader appending 100 messages a second: a follower 150 messages behind is 1.5 s behind
+    (interpolated between the leader's LEO readings); a paused one falls further behind as the leader appends,
+    second for second; an idle partition's follower is caught up."""
+    feed = Feed()
+    for i in range(4):
+        feed.partition(sample(5 * i, leos={1: 500 * i, 2: 500 * i, 3: 500 * i}))
+    feed.partition(sample(20, leos={1: 2000, 2: 1850, 3: 1500}))
+    m = feed.metrics
+    assert m is not None and m.follower_time_lag_ms == {2: 1_500, 3: 5_000}
+    feed.partition(sample(25, leos={1: 2500, 2: 2500, 3: None}))  # broker 3 paused since it read 1500
+    assert feed.metrics is not None and feed.metrics.follower_time_lag_ms == {2: 0, 3: 10_000}
+    for t in (30, 35, 40, 45, 50, 55, 60, 65):  # idle: nothing appended, nothing to catch up with
+        feed.partition(sample(t, leos={1: 2500, 2: 2500, 3: 2500}))
+    assert feed.metrics is not None and feed.metrics.follower_time_lag_ms == {2: 0, 3: 0}
+    feed.partition(sample(70, leos={1: 2600, 2: 2600, 3: None}))
+    feed.partition(sample(75, leos={1: 2700, 2: 2700, 3: 0}))  # behind all the 40 s remembered: at least that
+    assert feed.metrics is not None and feed.metrics.follower_time_lag_ms[3] == 75_000 - 40_000
+
+
+def test_a_leader_change_starts_the_leaders_log_history_again() -> None:
+    feed = Feed()
+    feed.partition(sample(0, leos={1: 100, 2: 100, 3: 100}))
+    feed.partition(sample(5, leos={1: 600, 2: 600, 3: 600}))
+    feed.partition(sample(10, leader=2, epoch=6, leos={1: 600, 2: 700, 3: 650}))
+    assert feed.state is not None and feed.state.leader_log_end_history == ((10_000, 700),)
+    # nothing remembered yet of the new leader's log: a follower behind it is at least 0 s behind
+    assert feed.metrics is not None and feed.metrics.follower_time_lag_ms == {1: 0, 3: 0}
+    feed.partition(sample(15, leader=2, epoch=6, leos={1: 1200, 2: 1200, 3: 700}))
+    assert feed.metrics is not None and feed.metrics.follower_time_lag_ms == {1: 0, 3: 5_000}
+
+
 @pytest.mark.parametrize(
     ("kwargs", "health", "flags"),
     [
@@ -804,7 +836,7 @@ def test_the_state_store_codec_keeps_every_field() -> None:
     rich = PartitionState(meta, sample_time_ms=3000, cycle=3, received_ms=3100, high_watermark=100,
                           log_start_offset=10, log_end_offsets={2: 100, 3: 90}, last_log_end_offsets={1: 130, 2: 100},
                           hw_stuck_since_ms=1000, hw_stuck_log_end_offset=100, hw_stalled=True, stale=True,
-                          committed_end=100)
+                          committed_end=100, leader_log_end_history=((0, 50), (5000, 90)))
     blank = PartitionState.new("c", "t", 3)
     assert [f.name for f in fields(PartitionMeta) if getattr(meta, f.name) == getattr(blank.meta, f.name)] == [
         "cluster", "topic", "partition"]  # the identity, which the bucket's key holds

@@ -57,6 +57,7 @@ WRITTEN_SCHEMA = StructType([
     StructField("hw_stalled", BooleanType(), True), StructField("stale", BooleanType(), True),
     # added at the end: history files written before them lack the columns
     StructField("elr", ArrayType(LongType()), True), StructField("last_known_elr", ArrayType(LongType()), True),
+    StructField("follower_time_lag_ms", MapType(LongType(), LongType()), True),
 ])
 
 

@@ -148,7 +148,8 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
                      "max_follower_lag": 7 if bad else 0, "health": 2 if bad else 5,
                      "follower_lag": {2: 0, 3: 7 if bad else 0}, "isr": [1, 2] if bad else [1, 2, 3],
                      "replicas": [1, 2, 3], "hw_stalled": False, "stale": False,
-                     "elr": [3] if bad else [], "last_known_elr": []})
+                     "elr": [3] if bad else [], "last_known_elr": [],
+                     "follower_time_lag_ms": {2: 1_500 if p == 0 else 0, 3: 12_500 if bad else 0}})
     return pd.DataFrame(rows)
 
 
@@ -182,6 +183,10 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     elr = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_in_elr"]}
     assert elr[("4", "3")] == 1.0 and elr[("4", "2")] == 0.0  # out of the ISR, eligible (the rows' ELR [3])
     assert {v for _, v in m["replmon_replica_in_last_known_elr"]} == {0.0}
+    time_lag = {(labels["partition"], labels["broker"]): v for labels, v in m["replmon_replica_lag_seconds"]}
+    assert time_lag[("4", "3")] == 12.5 and time_lag[("4", "1")] == 0.0
+    in_sync_lag = {labels["broker"]: v for labels, v in m["replmon_broker_max_in_sync_replica_lag_seconds"]}
+    assert in_sync_lag == {"1": 0.0, "2": 1.5, "3": 0.0}  # broker 3 lags 12.5 s only where it is out of the ISR
     assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 50.0)]
     assert m["replmon_epoch_divergences_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -37,6 +38,11 @@ from tests.pipeline import (
 from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+FRESH_S = 4.0
+"""How old the job's newest figure of a partition may be here: a 1 s sampling interval, a 1 s trigger, the
+micro-batch itself."""
+
 
 @pytest.fixture
 def e2e_topic(topic_name: str) -> str:
@@ -67,7 +73,14 @@ def test_paused_follower_gives_isr_shrink_the_gauge_drop_and_the_alert_then_expa
     assert not prometheus.alerts(UNDER_REPLICATED, topic=e2e_topic)
 
     healthy_cluster.pause(3)
+    paused_at = time.monotonic()
     wait_until(lambda: 3 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
+    # the follower's time lag: since the pause, as the producer's messages pile up on the leader; the metric is
+    # of a sample up to FRESH_S old, and the follower's last LEO read up to a sampling interval before the pause
+    time_lag = wait_until(lambda: pipeline.metric("replmon_replica_lag_seconds", topic=e2e_topic, partition="0",
+                                                  broker="3"), DEADLINE_S, "a time lag of broker 3")
+    paused_for = time.monotonic() - paused_at
+    assert time_lag is not None and paused_for - FRESH_S <= time_lag <= paused_for + 1.5, (time_lag, paused_for)
     shrink = pipeline.wait_event("ISR_SHRINK", of(e2e_topic, "ISR_SHRINK"))
     assert shrink["brokers"] == [3]
     assert shrink["isr"] == kafka_view.partition(e2e_topic).isr

@@ -52,6 +52,10 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_replica_lag_messages", "gauge", REPLICA,
                "Leader log end offset minus this replica's log end offset (its last one read when it does not "
                "answer: a dead or paused follower's lag keeps growing), clamped at 0.", True),
+    MetricSpec("replmon_replica_lag_seconds", "gauge", REPLICA,
+               "How long ago the leader's log ended where this follower's ends now (interpolated between samples of "
+               "the leader's log end offset); Kafka drops a follower from the ISR when it has not caught up for "
+               "replica.lag.time.max.ms. 0 for the leader and a caught-up follower.", True),
     MetricSpec("replmon_replica_in_isr", "gauge", REPLICA, "1 when the replica is in the ISR.", True),
     MetricSpec("replmon_replica_in_elr", "gauge", REPLICA,
                "1 when the replica is an eligible leader replica (KIP-966: out of the ISR, but holding every committed "
@@ -75,6 +79,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_broker_replicas", "gauge", BROKER, "Replicas the broker hosts."),
     MetricSpec("replmon_broker_leaders", "gauge", BROKER, "Partitions the broker leads."),
     MetricSpec("replmon_broker_out_of_isr_replicas", "gauge", BROKER, "Replicas of the broker outside the ISR."),
+    MetricSpec("replmon_broker_max_in_sync_replica_lag_seconds", "gauge", BROKER,
+               "Largest time lag (replmon_replica_lag_seconds) among the broker's follower replicas still in the ISR: "
+               "near replica.lag.time.max.ms, Kafka is about to drop one."),
     MetricSpec("replmon_broker_max_replica_lag_messages", "gauge", BROKER,
                "Largest follower lag among the broker's replicas."),
     MetricSpec("replmon_topic_partitions", "gauge", TOPIC, "Partitions of the topic."),
