@@ -256,7 +256,7 @@ def step_partition_change(
              "elr": elr if pm.elr is not None or elr else None, "last_known_elr": c["last_known_elr"]}
         previous_isr = c.get("previous_isr")
         judge = None if previous_isr is None else Judgement(
-            tuple(previous_isr), tuple(c.get("previous_elr") or ()),
+            tuple(previous_isr), tuple(c.get("previous_elr") or ()), tuple(c.get("previous_last_known_elr") or ()),
             c["leader_recovery_state"] == LeaderRecoveryState.RECOVERING)
         _apply_metadata(prev, st, s, cfg, out, judge)
     m = st.meta = st.meta.copy() if st.meta is pm else st.meta
@@ -519,11 +519,13 @@ def _lineage(entries: Iterable[Mapping[str, Any]]) -> Lineage:
 
 
 class Judgement(NamedTuple):
-    """What the controller recorded about an election: the ISR and ELR just before it, and whether the new leader
-    is recovering its log (Kafka's LeaderRecoveryState after an unclean election)."""
+    """What the controller recorded about an election: the ISR, ELR and last known ELR just before it, and whether
+    the new leader is recovering its log (the LeaderRecoveryState the controller sets on an unclean election: its
+    own verdict)."""
 
     isr: tuple[int, ...]
     elr: tuple[int, ...]
+    last_known_elr: tuple[int, ...]
     recovering: bool
 
 
@@ -551,7 +553,7 @@ def _note_late_commit(prev: PartitionState, st: PartitionState, s: Mapping[str, 
     if loss is None or epoch > loss.previous_leader_epoch:
         return
     leader: int = s["leader"]
-    alone = leader >= 0 and tuple(s["isr"]) == (leader,)
+    alone = leader >= 0 and tuple(s["isr"]) == (leader,) and _alone_commits(m)
     committed = _latest(loss.committed_end, hw, st.log_end_offsets.get(leader) if alone else None)
     if committed == loss.committed_end:
         return
@@ -648,9 +650,13 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter, judge: 
         previous_leader = pm.leader
         previous_epoch = pm.leader_epoch
         last_online_isr = isr
+    recovery = False
     if judge is not None:
         isr, elr = judge.isr, judge.elr
-        clean: bool | None = not judge.recovering and (m.leader in isr or m.leader in elr)
+        clean: bool | None = not judge.recovering
+        # the controller's own last resort (KIP-966): the ISR empty, no ELR member available, one of the last
+        # known ELR back
+        recovery = judge.recovering and m.leader in judge.last_known_elr and m.leader not in (*isr, *elr)
     elif m.leader in isr or (elr is not None and m.leader in elr):
         clean = True
     elif not isr and elr is None:
@@ -662,9 +668,13 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter, judge: 
     st.leader_log_end_history = ()  # the new leader's log: an unclean election may have cut it below the old one
     kind = {True: "clean", False: "UNCLEAN", None: "unjudged"}[clean]
     elr_text = "" if elr is None else f", ELR {list(elr)}"
-    # the topic forbids unclean elections: an operator forced this one (ElectLeaders UNCLEAN)
-    forced = None if clean is not False or m.unclean_leader_election is None else not m.unclean_leader_election
-    forced_text = "; forced: the topic has unclean.leader.election.enable=false" if forced else ""
+    # the topic forbids unclean elections: an operator forced this one (ElectLeaders UNCLEAN), unless it was the
+    # controller's own recovery from the last known ELR
+    forced = (None if clean is not False or m.unclean_leader_election is None
+              else not m.unclean_leader_election and not recovery)
+    forced_text = ("; the controller's unclean recovery from the last known ELR (KIP-966): no ISR or ELR member "
+                   "available" if recovery else "; forced: the topic has unclean.leader.election.enable=false"
+                   if forced else "")
     out.emit(
         EventType.LEADER_CHANGE, Severity.CRITICAL if clean is False else Severity.INFO,
         brokers=[m.leader] if previous_leader in (None, m.leader) else [previous_leader, m.leader],
@@ -678,7 +688,10 @@ def _leadership(prev: PartitionState, st: PartitionState, out: _Emitter, judge: 
     )  # fmt: skip
     if previous_leader is not None:
         # What the old epochs committed is judged against the new leader's log once its lineage is known.
-        alone = tuple(last_online_isr) == (previous_leader,)
+        if pm.loss is not None:
+            m.earlier_committed_ends = (*pm.earlier_committed_ends[-(EARLIER_LOSSES - 1):],
+                                        (pm.loss.previous_leader_epoch, pm.loss.committed_end))
+        alone = tuple(last_online_isr) == (previous_leader,) and _alone_commits(pm)
         m.loss = ElectionLoss(previous_leader, previous_epoch, alone, st.committed_end, None, 0)
         st.committed_end = None
 
@@ -843,7 +856,7 @@ def _note_sampled_commit(st: PartitionState, hw: int | None) -> None:
     """The sample's high watermark is committed; so is the leader's whole log while the ISR is the leader alone
     (the HW is then its log end offset)."""
     m = st.meta
-    alone = m.leader >= 0 and m.isr == (m.leader,)
+    alone = m.leader >= 0 and m.isr == (m.leader,) and _alone_commits(m)
     st.committed_end = _latest(st.committed_end, hw, st.log_end_offsets.get(m.leader) if alone else None)
 
 
@@ -864,10 +877,18 @@ def _note_disk_commit(st: PartitionState, broker: int, log: ReplicaLog) -> None:
     if tail is not None and tail > m.leader_epoch:
         return  # the disk is ahead of our metadata: judge on a later sample
     basis = m.before_offline
-    alone = (m.leader == broker and m.isr == (broker,)) or (
-        m.leader < 0 and basis is not None and basis.leader == broker and basis.isr == (broker,)
+    alone = _alone_commits(m) and (
+        (m.leader == broker and m.isr == (broker,))
+        or (m.leader < 0 and basis is not None and basis.leader == broker and basis.isr == (broker,))
     )  # the leader alone in the ISR, or it was when the partition went offline
     st.committed_end = _latest(st.committed_end, log.high_watermark_checkpoint, log.log_end_offset if alone else None)
+
+
+def _alone_commits(m: PartitionMeta) -> bool:
+    """Whether a leader alone in the ISR commits all it appends. Before KIP-966 it does (its HW is its LEO). With
+    KIP-966 (the cluster reports ELRs) the HW does not advance while the ISR is below min.insync.replicas: a leader
+    alone commits only with min.insync.replicas 1."""
+    return m.elr is None or m.min_insync_replicas is None or m.min_insync_replicas <= 1
 
 
 def _latest(*offsets: int | None) -> int | None:
@@ -998,8 +1019,7 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
             continue
         m.diverged = {**m.diverged, broker: offset}
         end = log.log_end_offset
-        loss = m.loss
-        committed = loss.committed_end if loss is not None and replica_epoch <= loss.previous_leader_epoch else None
+        committed = _committed_end_of_epoch(m, replica_epoch)
         uncommitted = None if committed is None else max(0, end - max(offset, committed))
         holds_committed = committed is None or offset < committed
         stake = (
@@ -1017,6 +1037,18 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
                 f"offsets [{offset}, {end}) at stake, {stake}"
             ),
         )  # fmt: skip
+
+
+EARLIER_LOSSES = 4
+
+
+def _committed_end_of_epoch(m: PartitionMeta, epoch: int) -> int | None:
+    """What had been committed when leader epoch ``epoch`` ended: the committed end (C) of the first leader change
+    that ended it or a later one (each ended epoch has its own, the last ones remembered); None when unknown."""
+    ledgers = [*m.earlier_committed_ends]
+    if m.loss is not None:
+        ledgers.append((m.loss.previous_leader_epoch, m.loss.committed_end))
+    return next((committed for ended, committed in ledgers if ended >= epoch), None)
 
 
 def _reference_lineage(m: PartitionMeta) -> Lineage | None:

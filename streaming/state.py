@@ -107,6 +107,10 @@ class PartitionMeta:
     the brokers' metadata catches up) tell nothing new of the leader and ISR."""
     last_known_elr: tuple[int, ...] | None = None
     """KIP-966's last known ELR: the replicas last in the ELR before it emptied (None when not reported)."""
+    earlier_committed_ends: tuple[tuple[int, int | None], ...] = ()
+    """``(previous leader epoch, committed end)`` of the leader changes before the last one (:attr:`loss`), oldest
+    first, at most ``EARLIER_LOSSES``: what each ended epoch had committed, for a replica that diverges in one of
+    them (a broker down through several elections)."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

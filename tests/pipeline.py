@@ -5,6 +5,7 @@ end-to-end modules share."""
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,3 +114,17 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
 
 def events_of(pipeline: Pipeline, topic: str, type_: str) -> list[dict[str, Any]]:
     return [e for e in pipeline.events() if of(topic, type_)(e)]
+
+
+def truncation_offset(log: Path, topic: str, after_line: int) -> int | None:
+    """Where the broker's log says it truncated ``topic``-0 (ReplicaFetcherThread's "Truncating partition ...
+    with TruncationState(offset=N, completed=true)"), among the lines after ``after_line``."""
+    pattern = re.compile(rf"Truncating partition {re.escape(topic)}-0 with TruncationState\(offset=(\d+), "
+                         r"completed=true\) due to leader epoch")
+    lines = log.read_text(errors="replace").splitlines()[after_line:]
+    found = [int(m.group(1)) for line in lines if (m := pattern.search(line))]
+    return found[-1] if found else None
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(errors="replace").splitlines())

@@ -11,10 +11,8 @@ truncation's oracle is broker 1's own log line. The pipeline runs a log-dir agen
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
@@ -30,7 +28,9 @@ from tests.pipeline import (
     Pipeline,
     cause_unclean_loss,
     events_of,
+    line_count,
     of,
+    truncation_offset,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -38,20 +38,6 @@ pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 TRUNCATION_SEEN_WITHIN_S = 20
 """From the broker's start command (a JVM start and log recovery, ~5-10 s here) to the agent's sample of its
 truncated log (1 s intervals)."""
-
-
-def truncation_offset(log: Path, topic: str, after_line: int) -> int | None:
-    """Where the broker's log says it truncated ``topic``-0 (ReplicaFetcherThread's "Truncating partition ...
-    with TruncationState(offset=N, completed=true)"), among the lines after ``after_line``."""
-    pattern = re.compile(rf"Truncating partition {re.escape(topic)}-0 with TruncationState\(offset=(\d+), "
-                         r"completed=true\) due to leader epoch")
-    lines = log.read_text(errors="replace").splitlines()[after_line:]
-    found = [int(m.group(1)) for line in lines if (m := pattern.search(line))]
-    return found[-1] if found else None
-
-
-def line_count(path: Path) -> int:
-    return len(path.read_text(errors="replace").splitlines())
 
 
 @pytest.mark.parametrize(("before_second", "before_kill"), [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -16,7 +17,7 @@ from replmon.contracts.events import EventSource, EventType
 from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, parse_sample, to_json
 from streaming.detect import step_partition_change
 from streaming.processor import KIND_EVENT, process_bucket
-from tests.test_detect import CFG, Feed, S, sample
+from tests.test_detect import CFG, Feed, S, replica, sample
 
 TOPIC_ID = "7J5r3yWzTqWbL3X8RvoL0A"
 
@@ -230,3 +231,43 @@ def test_the_processor_orders_records_and_samples_by_time_and_shows_the_new_isr_
     assert [r["event_type"] for r in events] == ["ISR_SHRINK"]
     (metrics,) = [r for r in out if r["kind"] == "partition"]
     assert metrics["isr"] == [1, 3]
+
+
+def test_the_controllers_own_recovery_from_the_last_known_elr_is_unclean_but_not_forced() -> None:
+    """KIP-966: the leader, alone in the ISR, dies uncleanly (its ELR eligibility goes with its clean shutdown);
+    when it returns, the controller elects it from the last known ELR and marks it recovering. Kafka's verdict is
+    unclean; nobody forced it."""
+    feed, log = Feed(), Changes(isr=[1])
+    feed.partition(sample(0, isr=[1]))
+    apply(feed, log.change(1_000, leader=-1, isr=[], elr=[1]))
+    apply(feed, log.change(1_100, elr=[]))
+    log.view.partitions[(TOPIC_ID, 7)] = replace(log.view.partitions[(TOPIC_ID, 7)], last_known_elr=(1,))
+    (change,) = [e for e in apply(feed, log.change(9_000, leader=1, isr=[1], recovery=1))
+                 if e.type is EventType.LEADER_CHANGE]
+    assert (change.clean, change.forced, change.severity) == (False, False, "critical")
+    assert "last known ELR" in change.message
+
+
+def test_a_replica_diverging_in_an_epoch_ended_elections_ago_is_judged_by_what_that_epoch_committed() -> None:
+    """Broker 3 led epoch 5 and died with a tail past what epoch 5 committed (100); two clean elections later its
+    disk, read by its agent, diverges at 110, where leader 2's log left epoch 5. That epoch had committed 100:
+    nothing committed at stake, whatever the later epochs committed since."""
+    feed = Feed()
+    feed.partition(sample(0, leader=3, epoch=5, hw=100, leos={1: 100, 2: 100, 3: 130}))
+    feed.partition(sample(5, leader=1, epoch=6, hw=400, leos={1: 400, 2: 400, 3: None},
+                          lineage=[(0, 0), (5, 0), (6, 110)]))
+    feed.partition(sample(10, leader=2, epoch=7, hw=500, leos={1: 500, 2: 500, 3: None},
+                          lineage=[(0, 0), (5, 0), (6, 110), (7, 450)]))
+    assert feed.state is not None and feed.state.meta.earlier_committed_ends == ((5, 100),)
+    (divergence,) = feed.replica(replica(12, 3, 130, lineage=[(0, 0), (5, 0)], last_batch_epoch=5))
+    assert (divergence.offset_start, divergence.offset_end) == (110, 130)
+    assert (divergence.severity, divergence.uncommitted_lost) == ("warning", 20)
+
+
+def test_a_leader_alone_commits_what_it_appends_only_where_the_high_watermark_may_advance() -> None:
+    """KIP-966: the high watermark does not advance while the ISR is below min.insync.replicas. A cluster that
+    reports ELRs has it; a leader alone in the ISR of a topic with min.insync.replicas 2 commits nothing more."""
+    for min_isr, elr, committed in ((2, [], 100), (1, [], 130), (2, None, 130)):
+        feed = Feed()
+        feed.partition(sample(0, isr=[1], elr=elr, min_isr=min_isr, hw=100, leos={1: 130, 2: 90, 3: 90}))
+        assert feed.state is not None and feed.state.committed_end == committed, (min_isr, elr)

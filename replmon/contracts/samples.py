@@ -254,6 +254,9 @@ class PartitionChange(_Record):
     """The in-sync replicas before the record: whom an election is judged against."""
     previous_elr: list[BrokerId] | None = None
     """The eligible leader replicas before the record."""
+    previous_last_known_elr: list[BrokerId] | None = None
+    """The last known ELR before the record: a leader elected from it, every ISR and ELR member gone, is the
+    controller's own unclean recovery (KIP-966)."""
 
 
 Sample = PartitionSample | ReplicaSample | CycleSample | PartitionChange

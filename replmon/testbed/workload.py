@@ -37,7 +37,8 @@ class SequencedProducer:
     """Writes ``seq`` numbers (``b"<seq>"``) to a topic from a background thread until stopped.
 
     ``acks`` is Kafka's producer setting: "all" (committed when acknowledged, with min.insync.replicas), 1 (the
-    leader alone) or 0. ``pause()``/``resume()`` hold the writing without stopping the thread.
+    leader alone) or 0. ``first_seq``: where its numbers start (several producers on one topic, each its own
+    range). ``pause()``/``resume()`` hold the writing without stopping the thread.
     """
 
     def __init__(
@@ -47,6 +48,7 @@ class SequencedProducer:
         partition: int | None = 0,
         acks: int | str = "all",
         interval_s: float = 0.01,
+        first_seq: int = 0,
         **client: Any,
     ) -> None:
         self.topic = topic
@@ -54,7 +56,7 @@ class SequencedProducer:
         self.interval_s = interval_s
         self.ack = Acknowledged()
         self._lock = threading.Lock()
-        self._next = 0
+        self._first_seq = self._next = first_seq
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
@@ -156,7 +158,7 @@ class SequencedProducer:
     def sent(self) -> int:
         """How many messages the producer took a sequence number for."""
         with self._lock:
-            return self._next
+            return self._next - self._first_seq
 
     def acknowledged(self) -> dict[int, tuple[int, int]]:
         with self._lock:

@@ -155,5 +155,6 @@ class MetadataView:
                 previous_leader_epoch=None if before is None else before.leader_epoch,
                 previous_isr=None if before is None else list(before.isr),
                 previous_elr=None if before is None else list(before.elr),
+                previous_last_known_elr=None if before is None else list(before.last_known_elr),
             ))
         return out
