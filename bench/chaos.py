@@ -270,7 +270,7 @@ class ChaosVerdict:
 def recorded_leaders(dumped: Iterable[dict[str, Any]], topics: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
     """Per topic, the (leader epoch, leader) of every leader the metadata log recorded for its partition 0 after
     its creation (Kafka's rule: a record naming a leader raises the leader epoch by one), from records as Kafka's
-    dump tool decodes them (``tests.kafka_dump.dump_metadata_log``), in log order."""
+    dump tool decodes them (``tests.kafka_dump.controller_metadata_records``), in log order."""
     wanted = set(topics)
     ids: dict[str, str] = {}
     epochs: dict[str, int] = {}
@@ -343,20 +343,18 @@ def settle(pipeline: Pipeline, deadline_s: float = 180) -> None:
 
 
 def verdict(pipeline: Pipeline, cluster: LocalCluster, chaos: Chaos,
-            dump: Callable[[list[Path]], dict[Path, dict[int, dict[str, Any]]]]) -> ChaosVerdict:
-    """Once the chaos is healed: the events topic against the controller's metadata log (read with ``dump``,
-    Kafka's dump tool) and the consumer."""
+            controller_records: Callable[[LocalCluster], list[dict[str, Any]]]) -> ChaosVerdict:
+    """Once the chaos is healed: the events topic against the controller's metadata log (its records as Kafka's
+    dump tool decodes them: ``tests.kafka_dump.controller_metadata_records``) and the consumer."""
     settle(pipeline)
     lost = consumer_losses(cluster, chaos)
-    segments = sorted((cluster.node(0).data_dir / "__cluster_metadata-0").glob("*.log"))
-    dumped = [r for by_offset in dump(segments).values() for _, r in sorted(by_offset.items())]
-    recorded = recorded_leaders(dumped, (t.name for t in chaos.topics))
+    recorded = recorded_leaders(controller_records(cluster), (t.name for t in chaos.topics))
     return judge(pipeline.events(), recorded, chaos.topics, chaos.unclean_elections, lost)
 
 
 # ------------------------------------------------------------------------------------------------ the bench
 def run(args: argparse.Namespace, work: Path) -> tuple[ChaosVerdict, Chaos, float]:
-    from tests.kafka_dump import dump_metadata_log
+    from tests.kafka_dump import controller_metadata_records
 
     rng = random.Random(args.seed)
     started = time.monotonic()
@@ -376,7 +374,7 @@ def run(args: argparse.Namespace, work: Path) -> tuple[ChaosVerdict, Chaos, floa
             log(f"chaos for {args.minutes:g} min")
             chaos.run_for(args.minutes * 60)
             log(f"{len(chaos.faults)} faults; judging")
-            result = verdict(pipeline, watched, chaos, dump_metadata_log)
+            result = verdict(pipeline, watched, chaos, controller_metadata_records)
         finally:
             chaos.close()
             pipeline.stop()

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from replmon.testbed.localcluster import artifacts
+from replmon.testbed.localcluster import LocalCluster, artifacts
 
 BATCH = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: \d+ .* partitionLeaderEpoch: (-?\d+) "
                    r"isTransactional: \w+ isControl: (\w+)")
@@ -72,3 +72,10 @@ def dump_metadata_log(files: list[Path]) -> dict[Path, dict[int, dict[str, Any]]
             assert payload.startswith("{"), f"Kafka's decoder failed: {line}"
             current[int(match[1])] = {"time": int(match[2]), "epoch": epoch, **json.loads(payload)}
     return dumped
+
+
+def controller_metadata_records(cluster: LocalCluster) -> list[dict[str, Any]]:
+    """Every record of the local cluster's controller's metadata log (node 0), in log order, as Kafka's dump tool
+    decodes it (:func:`dump_metadata_log`)."""
+    segments = sorted((cluster.node(0).data_dir / "__cluster_metadata-0").glob("*.log"))
+    return [r for by_offset in dump_metadata_log(segments).values() for _, r in sorted(by_offset.items())]

@@ -12,7 +12,7 @@ import pytest
 from bench.chaos import Chaos, chaos_topics, create_topics, verdict
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
-from tests.kafka_dump import dump_metadata_log
+from tests.kafka_dump import controller_metadata_records
 from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -31,7 +31,7 @@ def test_two_minutes_of_random_faults_are_reported_as_kafka_recorded_them(
         wait_until(lambda: all(pipeline.metric("replmon_partition_isr_size", topic=t.name, partition="0") == 3
                                for t in topics), DEADLINE_S, "every topic sampled")
         chaos.run_for(CHAOS_S)
-        result = verdict(pipeline, healthy_cluster, chaos, dump_metadata_log)
+        result = verdict(pipeline, healthy_cluster, chaos, controller_metadata_records)
     finally:
         chaos.close()
     print(f"faults: {[(f.kind, f.broker, f.error) for f in chaos.faults]}\n{result.describe()}")

@@ -14,7 +14,7 @@ import pytest
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.workload import SequencedProducer
-from tests.kafka_dump import dump_metadata_log
+from tests.kafka_dump import controller_metadata_records
 from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, events_of
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -27,8 +27,7 @@ CONTROLLER_TIME_TOLERANCE_MS = 1000
 def controller_isr_changes(cluster: LocalCluster, topic: str) -> list[tuple[int, list[int]]]:
     """(append time, ISR) of every record of the controller's metadata log that set the ISR of partition 0 of
     ``topic``, in log order, as Kafka's dump tool decodes the log."""
-    segments = sorted((cluster.node(0).data_dir / "__cluster_metadata-0").glob("*.log"))
-    records = [r for by_offset in dump_metadata_log(segments).values() for _, r in sorted(by_offset.items())]
+    records = controller_metadata_records(cluster)
     topic_id = next(r["data"]["topicId"] for r in records
                     if r["type"] == "TOPIC_RECORD" and r["data"]["name"] == topic)
     return [(r["time"], r["data"]["isr"]) for r in records
@@ -93,8 +92,7 @@ def test_an_isr_flap_shorter_than_the_sampling_interval_is_reported_at_the_contr
 def controller_leader_changes(cluster: LocalCluster, topic: str) -> list[tuple[int, int, list[int] | None]]:
     """(append time, leader, ISR or None when unchanged) of every record of the controller's metadata log that
     named a leader of partition 0 of ``topic``."""
-    segments = sorted((cluster.node(0).data_dir / "__cluster_metadata-0").glob("*.log"))
-    records = [r for by_offset in dump_metadata_log(segments).values() for _, r in sorted(by_offset.items())]
+    records = controller_metadata_records(cluster)
     topic_id = next(r["data"]["topicId"] for r in records
                     if r["type"] == "TOPIC_RECORD" and r["data"]["name"] == topic)
     return [(r["time"], r["data"]["leader"], r["data"].get("isr")) for r in records
