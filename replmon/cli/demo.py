@@ -45,6 +45,8 @@ STEP_TIMEOUT_S = 90.0
 JOB_START_TIMEOUT_S = 240.0
 MAX_RESTARTS = 2
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
+SOURCE_TEXT = {"metadata_log": "the controller's metadata log", "sampler": "sampled", "log_dir": "read from disk"}
+"""How each event's ``source`` reads in the narration."""
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 140)
 
@@ -211,7 +213,8 @@ class Demo:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")
         where = f"{e['topic']}-{e['partition']}" if e.get("topic") is not None else e["cluster"]
         message = str(e["message"]).removeprefix(f"{where}: ")
-        self.say(f"  [{style}]event {e['type']:<19}[/] {where}: {message}")
+        source = SOURCE_TEXT.get(str(e.get("source")), "")
+        self.say(f"  [{style}]event {e['type']:<19}[/] {where}: {message}" + (f" [dim]({source})[/]" if source else ""))
 
     def wait_for(self, what: str, probe: Callable[[], Any], timeout_s: float = STEP_TIMEOUT_S) -> Any:
         deadline = time.monotonic() + timeout_s
