@@ -536,11 +536,16 @@ def _apply_topic_configs(prev: PartitionState, st: PartitionState, s: Mapping[st
     if min_isr in (None, pm.min_insync_replicas) and unclean in (None, pm.unclean_leader_election):
         return
     m = st.meta = pm.copy()
-    if min_isr is not None:
-        m.min_insync_replicas = min_isr
-    if unclean is not None:
-        m.unclean_leader_election = unclean
-    _under_min_isr(m, out)  # a changed min.insync.replicas alone: judged at the next change
+    _set_topic_configs(m, s)
+    _under_min_isr(m, out)
+
+
+def _set_topic_configs(m: PartitionMeta, s: Mapping[str, Any]) -> None:
+    """The topic configs a sample reports (the sampler re-reads them every few cycles: absent in between)."""
+    if s.get("min_insync_replicas") is not None:
+        m.min_insync_replicas = s["min_insync_replicas"]
+    if s.get("unclean_leader_election") is not None:
+        m.unclean_leader_election = s["unclean_leader_election"]
 
 
 def _note_late_commit(prev: PartitionState, st: PartitionState, s: Mapping[str, Any], hw: int | None,
@@ -592,10 +597,7 @@ def _apply_metadata(
     elr = s.get("elr")
     m.elr = None if elr is None else _ints(elr)
     m.last_known_elr = _opt_tuple(s.get("last_known_elr"))
-    if s.get("min_insync_replicas") is not None:
-        m.min_insync_replicas = s["min_insync_replicas"]
-    if s.get("unclean_leader_election") is not None:
-        m.unclean_leader_election = s["unclean_leader_election"]
+    _set_topic_configs(m, s)
     if m.replicas != pm.replicas:
         _forget_removed_replicas(st)
     leadership_changed = leader != pm.leader or epoch != pm.leader_epoch

@@ -24,15 +24,20 @@ SAMPLING_INTERVAL_S = 10.0
 CONTROLLER_TIME_TOLERANCE_MS = 1000
 
 
-def controller_isr_changes(cluster: LocalCluster, topic: str) -> list[tuple[int, list[int]]]:
-    """(append time, ISR) of every record of the controller's metadata log that set the ISR of partition 0 of
-    ``topic``, in log order, as Kafka's dump tool decodes the log."""
+def partition_records(cluster: LocalCluster, topic: str) -> list[dict[str, Any]]:
+    """The PartitionRecord and PartitionChangeRecords of partition 0 of ``topic`` in the controller's metadata log,
+    in log order, as Kafka's dump tool decodes the log."""
     records = controller_metadata_records(cluster)
     topic_id = next(r["data"]["topicId"] for r in records
                     if r["type"] == "TOPIC_RECORD" and r["data"]["name"] == topic)
-    return [(r["time"], r["data"]["isr"]) for r in records
-            if r["type"] in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD") and r["data"].get("topicId") == topic_id
-            and r["data"].get("partitionId") == 0 and r["data"].get("isr") is not None]
+    return [r for r in records if r["type"] in ("PARTITION_RECORD", "PARTITION_CHANGE_RECORD")
+            and r["data"].get("topicId") == topic_id and r["data"].get("partitionId") == 0]
+
+
+def controller_isr_changes(cluster: LocalCluster, topic: str) -> list[tuple[int, list[int]]]:
+    """(append time, ISR) of every record that set the ISR of partition 0 of ``topic``."""
+    return [(r["time"], r["data"]["isr"]) for r in partition_records(cluster, topic)
+            if r["data"].get("isr") is not None]
 
 
 def test_an_isr_flap_shorter_than_the_sampling_interval_is_reported_at_the_controllers_times(
@@ -90,14 +95,10 @@ def test_an_isr_flap_shorter_than_the_sampling_interval_is_reported_at_the_contr
 
 
 def controller_leader_changes(cluster: LocalCluster, topic: str) -> list[tuple[int, int, list[int] | None]]:
-    """(append time, leader, ISR or None when unchanged) of every record of the controller's metadata log that
-    named a leader of partition 0 of ``topic``."""
-    records = controller_metadata_records(cluster)
-    topic_id = next(r["data"]["topicId"] for r in records
-                    if r["type"] == "TOPIC_RECORD" and r["data"]["name"] == topic)
-    return [(r["time"], r["data"]["leader"], r["data"].get("isr")) for r in records
-            if r["type"] == "PARTITION_CHANGE_RECORD" and r["data"].get("topicId") == topic_id
-            and r["data"].get("partitionId") == 0 and r["data"].get("leader", -2) != -2]
+    """(append time, leader, ISR or None when unchanged) of every PartitionChangeRecord that named a leader of
+    partition 0 of ``topic``."""
+    return [(r["time"], r["data"]["leader"], r["data"].get("isr")) for r in partition_records(cluster, topic)
+            if r["type"] == "PARTITION_CHANGE_RECORD" and r["data"].get("leader", -2) != -2]
 
 
 def test_a_follower_that_rejoined_the_isr_between_two_samples_and_was_elected_is_a_clean_election(

@@ -57,8 +57,6 @@ class MetadataTail:
         self.specs = specs if specs is not None else metadata_specs()
         self.view = MetadataView(cluster, agent_id, broker_id)
         self.reader: MetadataLogReader | None = None
-        self.skipped: Counter[Skipped] = Counter()
-        """Every record skipped so far, by type and version."""
 
     def _start(self, result: TailRead) -> MetadataLogReader:
         snapshots = list_snapshots(self.partition_dir)
@@ -92,5 +90,4 @@ class MetadataTail:
                 result.changes.extend(self.view.apply(record))
             if not read.more:
                 break
-        self.skipped.update(result.skipped)
         return result
