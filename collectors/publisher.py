@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from typing import IO, Any, Protocol
 
 from collectors.metrics import CollectorMetrics
-from replmon.contracts.samples import CycleSample, Sample, sample_key, to_json
+from replmon.contracts.samples import BrokerChange, CycleSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig
 from replmon.core.kafka_topics import ensure_topic
 
@@ -44,8 +44,9 @@ Record = tuple[bytes, bytes]
 
 
 def record_key(sample: Sample) -> bytes:
-    """cluster/topic/partition for partition and replica samples; the cluster alone for cycle samples."""
-    if isinstance(sample, CycleSample):
+    """cluster/topic/partition for partition and replica samples; the cluster alone for cycle samples and broker
+    changes (one Kafka partition keeps a cluster's broker changes in the order each agent read them)."""
+    if isinstance(sample, CycleSample | BrokerChange):
         return sample.cluster.encode()
     return sample_key(sample.cluster, sample.topic, sample.partition)
 

@@ -28,9 +28,17 @@ from enum import IntEnum
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from replmon.contracts.events import Event, EventSource, EventType, Severity, event_id
-from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, PartitionSample, ReplicaSample
+from replmon.contracts.samples import (
+    BrokerChange,
+    LeaderRecoveryState,
+    PartitionChange,
+    PartitionSample,
+    ReplicaSample,
+)
 from streaming.state import (
+    BROKERS_TOPIC,
     NO_SAMPLE,
+    BrokerRegistry,
     ElectionBasis,
     ElectionLoss,
     Lineage,
@@ -50,6 +58,7 @@ __all__ = [
     "expire",
     "metrics_of",
     "step",
+    "step_broker_change",
     "step_dict",
     "step_partition_change",
     "step_replica",
@@ -263,6 +272,47 @@ def step_partition_change(
     m.metadata_offset = offset
     m.metadata_time_ms = max(pm.metadata_time_ms, t)
     return st, out.events
+
+
+def step_broker_change(
+    prev: BrokerRegistry | None, change: BrokerChange | Mapping[str, Any], now_ms: int | None = None,
+) -> tuple[BrokerRegistry, list[Event]]:
+    """Apply one broker record of the KRaft metadata log (a :class:`BrokerChange`, as a log-dir agent read it):
+    BROKER_FENCED when a registered broker that was not fenced is fenced (or unregistered, or registered again by
+    a restarted process, fenced until it catches up), BROKER_UNFENCED when one is unfenced, at the controller's
+    time. Each metadata offset is applied once (every agent publishes the same records)."""
+    c: Mapping[str, Any] = change.model_dump() if isinstance(change, BrokerChange) else change
+    registry = prev if prev is not None else BrokerRegistry()
+    offset: int = c["metadata_offset"]
+    if offset <= registry.metadata_offset:
+        return registry, []
+    broker: int = c["broker"]
+    fenced = dict(registry.fenced)
+    if c["registered"]:
+        fenced[broker] = c["fenced"]
+    else:
+        fenced.pop(broker, None)
+    new = BrokerRegistry(offset, fenced)
+    was: bool | None = c["previous_fenced"]
+    cluster: str = c["cluster"]
+    t: int = c["append_time_ms"]
+    planned = bool(c["previous_in_controlled_shutdown"])
+    if was is False and c["fenced"]:
+        etype = EventType.BROKER_FENCED
+        severity = Severity.INFO if planned else Severity.WARNING
+        why = ("unregistered" if not c["registered"] else
+               "registered again (its process restarted)" if c["record_type"] == "RegisterBrokerRecord" else
+               "after its controlled shutdown" if planned else "its heartbeats stopped")
+        message = f"{cluster}: broker {broker} fenced ({why})"
+    elif was is not False and c["registered"] and not c["fenced"]:
+        etype, severity = EventType.BROKER_UNFENCED, Severity.INFO
+        message = f"{cluster}: broker {broker} unfenced (epoch {c['broker_epoch']})"
+    else:
+        return new, []
+    return new, [Event(
+        event_id=event_id(cluster, BROKERS_TOPIC, broker, etype, "metadata", t, offset), type=etype,
+        severity=severity, cluster=cluster, event_time_ms=t, detected_time_ms=t if now_ms is None else now_ms,
+        source=EventSource.METADATA_LOG, brokers=[broker], message=message)]
 
 
 def step_replica(
@@ -609,6 +659,8 @@ def _apply_metadata(
             _leadership(prev, st, out, judge)
         if m.isr != pm.isr:
             _isr_change(pm, st, cfg, out)
+        if m.elr is not None and pm.elr is not None and m.elr != pm.elr:
+            _elr_change(pm, m, out)
     _under_min_isr(m, out)
     if leadership_changed:
         _check_divergence(m, _followers(m), out)
@@ -734,6 +786,19 @@ def _isr_change(pm: PartitionMeta, st: PartitionState, cfg: DetectConfig, out: _
             )  # fmt: skip
     if left or joined:
         _check_flapping(m, [(out.time_ms, b) for b in left + joined], cfg, out)
+
+
+def _elr_change(pm: PartitionMeta, m: PartitionMeta, out: _Emitter) -> None:
+    """KIP-966: the replicas that left the ISR while it was below min.insync.replicas and still hold every committed
+    message (the controller may elect them cleanly) changed."""
+    before, after = pm.elr or (), m.elr or ()
+    moved = sorted({*before, *after} - ({*before} & {*after}))
+    out.emit(
+        EventType.ELR_CHANGE, Severity.INFO, after,
+        brokers=moved, leader=m.leader, leader_epoch=m.leader_epoch, isr=list(m.isr), previous_isr=list(pm.isr),
+        elr=list(after), previous_elr=list(before),
+        message=f"{_name(m)}: eligible leader replicas {list(before)} -> {list(after)} (ISR {list(m.isr)})",
+    )  # fmt: skip
 
 
 def _check_flapping(m: PartitionMeta, changes: list[tuple[int, int]], cfg: DetectConfig, out: _Emitter) -> None:

@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
 from replmon.contracts.samples import (
+    BROKER_CHANGE_SCHEMA,
     PARTITION_CHANGE_SCHEMA,
     PARTITION_SCHEMA,
     REPLICA_SCHEMA,
@@ -29,8 +30,9 @@ from streaming.processor import PROCESSOR_INPUT, QUARANTINED
 
 SAMPLE_STRUCT = schema.union_struct(*SAMPLE_MODELS.values())
 """Every field of the sample models: any record is parsed once, whatever its kind."""
-KEYED = (PARTITION_SCHEMA, REPLICA_SCHEMA, PARTITION_CHANGE_SCHEMA)
-"""The kinds of record that belong to one partition (and to its state bucket)."""
+KEYED = (PARTITION_SCHEMA, REPLICA_SCHEMA, PARTITION_CHANGE_SCHEMA, BROKER_CHANGE_SCHEMA)
+"""The kinds of record the processor takes, each to one state bucket: those of a partition (to its bucket) and a
+cluster's broker changes (no topic, no partition: to the bucket of the cluster's name)."""
 TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
 """A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
 null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
@@ -86,7 +88,7 @@ def _once(expression: Column) -> Column:
 
 
 def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
-    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'm', 'c'), the parsed
+    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'm', 'b', 'c'), the parsed
     samples ``p``/``r`` and, as the processor takes it, ``sample``: that parse written back as the collectors
     write it (compact JSON, nulls included; for a record written that way, the record itself), the state
     ``bucket`` (one of ``bucket_ids``: :mod:`streaming.buckets`), and what the quarantine needs (raw value, key,
@@ -133,7 +135,8 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
             .when(name == REPLICA_SCHEMA, F.lit("r"))
-            .when(name == PARTITION_CHANGE_SCHEMA, F.lit("m")).otherwise(F.lit("c")))
+            .when(name == PARTITION_CHANGE_SCHEMA, F.lit("m"))
+            .when(name == BROKER_CHANGE_SCHEMA, F.lit("b")).otherwise(F.lit("c")))
 
     def either(field_name: str) -> Column:
         return F.when(name.isin(*KEYED), F.col("u")[field_name])
@@ -158,11 +161,11 @@ QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
 
 def processor_input(parsed: DataFrame) -> DataFrame:
     """The rows of :func:`parse_samples` the processor takes, in its columns: valid partition and replica
-    samples and partition changes, and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its
-    quarantine fields as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
+    samples, partition and broker changes, and every bad record as kind :data:`~streaming.processor.QUARANTINED`
+    with its quarantine fields as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
     bad = F.col("reason").isNotNull()
     quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], F.base64("key").alias("key")), CANONICAL_JSON)
-    return (parsed.filter(bad | F.col("kind").isin("p", "r", "m"))
+    return (parsed.filter(bad | F.col("kind").isin("p", "r", "m", "b"))
             .withColumns({"kind": F.when(bad, F.lit(QUARANTINED)).otherwise(F.col("kind")),
                           "sample": F.when(bad, quarantined).otherwise(F.col("sample"))})
             .select(*PROCESSOR_INPUT))

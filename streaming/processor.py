@@ -49,14 +49,23 @@ from streaming.detect import (
     PartitionMetrics,
     expire,
     metrics_of,
+    step_broker_change,
     step_dict,
     step_partition_change,
     step_replica,
 )
-from streaming.state import PartitionKey, PartitionState, dump_state, load_state
+from streaming.state import (
+    BrokerRegistry,
+    BucketValue,
+    PartitionKey,
+    PartitionState,
+    brokers_key,
+    dump_state,
+    load_state,
+)
 
 
-class PackedTable(MutableMapping[PartitionKey, PartitionState]):
+class PackedTable(MutableMapping[PartitionKey, BucketValue]):
     """A bucket's partitions as the state store keeps them: each partition's state pickled on its own, unpickled
     when a sample reaches it, and pickled again only then. A micro-batch reaches a fraction of a bucket's
     partitions (a 20,000-sample batch over 100,000 partitions, a fifth); unpickling and pickling every state
@@ -67,7 +76,7 @@ class PackedTable(MutableMapping[PartitionKey, PartitionState]):
     __slots__ = ("_live", "_packed")
 
     def __init__(self, packed: dict[PartitionKey, bytes] | None = None,
-                 live: dict[PartitionKey, PartitionState] | None = None) -> None:
+                 live: dict[PartitionKey, BucketValue] | None = None) -> None:
         self._packed = packed if packed is not None else {}
         self._live = live if live is not None else {}
 
@@ -80,13 +89,13 @@ class PackedTable(MutableMapping[PartitionKey, PartitionState]):
             state = self._live[key] = load_state(key, packed)
         return state
 
-    def __getitem__(self, key: PartitionKey) -> PartitionState:
-        state: PartitionState | None = self.get(key)
+    def __getitem__(self, key: PartitionKey) -> BucketValue:
+        state: BucketValue | None = self.get(key)
         if state is None:
             raise KeyError(key)
         return state
 
-    def __setitem__(self, key: PartitionKey, state: PartitionState) -> None:
+    def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
         self._live[key] = state
 
     def __delitem__(self, key: PartitionKey) -> None:
@@ -116,7 +125,7 @@ class PackedTable(MutableMapping[PartitionKey, PartitionState]):
         return out
 
 
-Table = TypeVar("Table", PackedTable, dict[PartitionKey, PartitionState])
+Table = TypeVar("Table", PackedTable, dict[PartitionKey, BucketValue])
 """What the bucket steps take and give back: the state store's :class:`PackedTable`, or a plain dict (tests)."""
 
 KIND_EVENT = "event"
@@ -197,8 +206,8 @@ the conversion back cost more than the detection.)"""
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
-    ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change of the metadata log,
-    :data:`QUARANTINED`), ``sample`` (its JSON),
+    ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change and 'b' broker change of the metadata
+    log, :data:`QUARANTINED`), ``sample`` (its JSON),
     ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: the quarantined records, every
     event, and the newest metrics of each partition that got a partition sample."""
     bad = samples["kind"] == QUARANTINED
@@ -210,18 +219,29 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     loads = from_json
     for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
         s = loads(text)
+        state: BucketValue
+        if kind == "b":
+            key = brokers_key(s["cluster"])
+            registry = table.get(key)
+            state, events = step_broker_change(registry if isinstance(registry, BrokerRegistry) else None, s, now_ms)
+            if state is registry:
+                continue
+            table[key] = state
+            rows.extend(event_row(e) for e in events)
+            continue
         key = (s["cluster"], s["topic"], s["partition"])
+        prev = table.get(key)
+        before = prev if isinstance(prev, PartitionState) else None
         if kind == "p":
-            state, events, newest[key] = step_dict(table.get(key), s, cfg, now_ms)
+            state, events, newest[key] = step_dict(before, s, cfg, now_ms)
         elif kind == "m":
-            before = table.get(key)
             changed, events = step_partition_change(before, s, cfg, now_ms)
             if changed is None or changed is before:
                 continue
             state = changed
-            newest[key] = metrics_of(state)  # the ISR or leader may have changed: the metrics show it at once
+            newest[key] = metrics_of(changed)  # the ISR or leader may have changed: the metrics show it at once
         else:  # a replica sample changes nothing the metrics show
-            state, events = step_replica(table.get(key), s, cfg, now_ms)
+            state, events = step_replica(before, s, cfg, now_ms)
         table[key] = state
         rows.extend(event_row(e) for e in events)
     rows.extend(partition_row(metrics) for metrics in newest.values())
@@ -233,6 +253,8 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
     rows: list[dict[str, Any]] = []
     expired = table.copy()  # holds only what changed as new states (a PackedTable re-pickles only those)
     for key, state in table.items():
+        if not isinstance(state, PartitionState):
+            continue  # a cluster's brokers: no samples to miss
         new, events = expire(state, now_ms, cfg)
         if events:
             expired[key] = new
@@ -274,7 +296,7 @@ class BucketTable:
         row = next(iter(self.state.get()), None)
         return None if row is None else unpack(row[0])
 
-    def save(self, table: PackedTable | dict[PartitionKey, PartitionState]) -> None:
+    def save(self, table: PackedTable | dict[PartitionKey, BucketValue]) -> None:
         self.state.put([(pack(table),)])
 
 
@@ -292,7 +314,7 @@ class StateVersionError(ReplmonError):
     """A bucket value in a format this replmon does not read (written by a newer one)."""
 
 
-def pack(table: PackedTable | dict[PartitionKey, PartitionState]) -> bytes:
+def pack(table: PackedTable | dict[PartitionKey, BucketValue]) -> bytes:
     """A bucket's table as the state store keeps it (format :data:`STATE_VERSION`): the map of pickled states,
     pickled, compressed with LZ4 (Arrow's codec). A bucket's value goes to the JVM and back in every micro-batch
     that reaches the bucket, whole, and a busy JVM moves ~200 MB/s of it (docs/benchmarks.md, "Streaming job").

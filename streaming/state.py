@@ -170,6 +170,30 @@ _state_fields = attrgetter(*(f.name for f in fields(PartitionState)))
 PartitionKey = tuple[str, str, int]
 """``(cluster, topic, partition)``: a partition's key in a state bucket, and the identity of its state."""
 
+BROKERS_TOPIC = ""
+"""The topic of the one state key per cluster that holds its brokers, not a partition (``(cluster, "", -1)``:
+Kafka forbids an empty topic name)."""
+
+
+@dataclass(slots=True)
+class BrokerRegistry:
+    """A cluster's brokers as the metadata log's broker records left them (:class:`BrokerChange` records)."""
+
+    metadata_offset: int = -1
+    """The metadata-log offset of the last broker change applied: every agent publishes the same records, each is
+    applied once."""
+    fenced: dict[int, bool] = field(default_factory=dict)
+    """Registered broker -> fenced."""
+
+
+def brokers_key(cluster: str) -> PartitionKey:
+    return (cluster, BROKERS_TOPIC, -1)
+
+
+BucketValue = PartitionState | BrokerRegistry
+"""What a state bucket keeps under a key: a partition's state, or (under :func:`brokers_key`) its cluster's
+brokers."""
+
 _IDENTITY = ("cluster", "topic", "partition")
 assert tuple(f.name for f in fields(PartitionMeta)[:3]) == _IDENTITY
 _meta_rest = attrgetter(*(f.name for f in fields(PartitionMeta)[3:]))
@@ -177,7 +201,7 @@ _state_rest = attrgetter(*(f.name for f in fields(PartitionState)[1:]))
 _LOSS = [f.name for f in fields(PartitionMeta)[3:]].index("loss")
 
 
-def dump_state(state: PartitionState) -> bytes:
+def dump_state(state: BucketValue) -> bytes:
     """A state as its state bucket stores it: the two records' field values as tuples (no class names; the rare
     ElectionBasis and ReplicaLog inside keep theirs; the ElectionLoss every partition that changed leader holds
     goes as a plain tuple), without the identity the bucket's key holds. 151 bytes for
@@ -185,16 +209,20 @@ def dump_state(state: PartitionState) -> bytes:
     through the state store, so this is most of its state I/O.
 
     Positional: a field added to PartitionMeta or PartitionState goes at the end, with a default, and states
-    written before it still load."""
+    written before it still load. A :class:`BrokerRegistry` goes as its two fields."""
+    if isinstance(state, BrokerRegistry):
+        return pickle.dumps((state.metadata_offset, state.fenced), protocol=pickle.HIGHEST_PROTOCOL)
     meta = _meta_rest(state.meta)
     if state.meta.loss is not None:
         meta = (*meta[:_LOSS], tuple(state.meta.loss), *meta[_LOSS + 1 :])
     return pickle.dumps((meta, _state_rest(state)), protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def load_state(key: PartitionKey, data: bytes) -> PartitionState:
+def load_state(key: PartitionKey, data: bytes) -> BucketValue:
     """The state :func:`dump_state` wrote for ``key``; also a pickled PartitionState (the format before it)."""
     value = pickle.loads(data)
+    if key[1] == BROKERS_TOPIC:
+        return BrokerRegistry(*value)
     if isinstance(value, PartitionState):
         return value
     meta, rest = value

@@ -164,8 +164,8 @@ def topic_name(request: pytest.FixtureRequest) -> str:
 def producer_factory(cluster: LocalCluster) -> Iterator[Callable[..., SequencedProducer]]:
     made: list[SequencedProducer] = []
 
-    def make(topic: str, **kwargs: Any) -> SequencedProducer:
-        producer = SequencedProducer(cluster.bootstrap_servers, topic, **kwargs)
+    def make(topic: str, bootstrap_servers: str | None = None, **kwargs: Any) -> SequencedProducer:
+        producer = SequencedProducer(bootstrap_servers or cluster.bootstrap_servers, topic, **kwargs)
         producer.start()
         made.append(producer)
         return producer

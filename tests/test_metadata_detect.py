@@ -15,7 +15,7 @@ from collectors.logdir.metadata.batches import MetadataRecord
 from collectors.logdir.metadata.view import MetadataView
 from replmon.contracts.events import EventSource, EventType
 from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, parse_sample, to_json
-from streaming.detect import step_partition_change
+from streaming.detect import step_broker_change, step_partition_change
 from streaming.processor import KIND_EVENT, process_bucket
 from tests.test_detect import CFG, Feed, S, replica, sample
 
@@ -271,3 +271,94 @@ def test_a_leader_alone_commits_what_it_appends_only_where_the_high_watermark_ma
         feed = Feed()
         feed.partition(sample(0, isr=[1], elr=elr, min_isr=min_isr, hw=100, leos={1: 130, 2: 90, 3: 90}))
         assert feed.state is not None and feed.state.committed_end == committed, (min_isr, elr)
+
+
+# ------------------------------------------------------------------------------------------------ brokers
+
+def register_record(offset: int, broker: int, epoch: int, *, fenced: bool = True) -> MetadataRecord:
+    return record(offset, "RegisterBrokerRecord", {
+        "brokerId": broker, "isMigratingZkBroker": False, "incarnationId": "AAAAAAAAAAAAAAAAAAAAAA",
+        "brokerEpoch": epoch, "endPoints": [], "features": [], "rack": None, "fenced": fenced,
+        "inControlledShutdown": False, "logDirs": []})
+
+
+def registration_change(offset: int, broker: int, epoch: int, *, fenced: int = 0, shutdown: int = 0
+                        ) -> MetadataRecord:
+    return record(offset, "BrokerRegistrationChangeRecord", {
+        "brokerId": broker, "brokerEpoch": epoch, "fenced": fenced, "inControlledShutdown": shutdown,
+        "logDirs": None})
+
+
+def test_the_view_replays_broker_registrations_fencing_and_controlled_shutdown_as_kafka_does() -> None:
+    view = MetadataView("prod", "a/logdir-agent", 1)
+    (registered,) = view.apply(register_record(10, 2, 10))
+    assert (registered.broker, registered.fenced, registered.previous_registered) == (2, True, False)
+    (unfenced,) = view.apply(registration_change(11, 2, 10, fenced=-1))
+    assert (unfenced.fenced, unfenced.previous_fenced, unfenced.record_type) == (
+        False, True, "BrokerRegistrationChangeRecord")
+    assert view.apply(registration_change(12, 2, 9, fenced=1)) == []  # a stale epoch: Kafka ignores it too
+    assert view.apply(registration_change(13, 2, 10)) == []  # no change at all
+    (stopping,) = view.apply(registration_change(14, 2, 10, shutdown=1))
+    assert (stopping.in_controlled_shutdown, stopping.fenced) == (True, False)
+    (stopped,) = view.apply(registration_change(15, 2, 10, fenced=1))
+    assert (stopped.fenced, stopped.previous_in_controlled_shutdown) == (True, True)
+    (fenced_old_style,) = view.apply(register_record(16, 3, 16, fenced=False))
+    assert fenced_old_style.fenced is False
+    (fence,) = view.apply(record(17, "FenceBrokerRecord", {"id": 3, "epoch": 16}))
+    assert (fence.fenced, fence.previous_fenced) == (True, False)
+    (gone,) = view.apply(record(18, "UnregisterBrokerRecord", {"brokerId": 3, "brokerEpoch": 16}))
+    assert (gone.registered, gone.previous_registered) == (False, True)
+    assert parse_sample(to_json(gone)) == gone  # the record validates as its contract
+    view.load_snapshot([register_record(20, 2, 20)])
+    assert view.brokers == {2: view.brokers[2]} and view.brokers[2].fenced
+
+
+def test_broker_fencing_and_unfencing_are_events_at_the_controllers_time_each_record_once() -> None:
+    view = MetadataView("prod", "a/logdir-agent", 1)
+    records = [register_record(10, 2, 10), registration_change(11, 2, 10, fenced=-1),
+               registration_change(20, 2, 10, fenced=1),  # heartbeats lost
+               register_record(30, 2, 30), registration_change(31, 2, 30, fenced=-1),
+               registration_change(40, 2, 30, shutdown=1), registration_change(41, 2, 30, fenced=1)]
+    changes = [c for r in records for c in view.apply(r)]
+    rows = pd.DataFrame({"kind": "b", "sample": [to_json(c).decode() for c in changes * 2],  # a second agent
+                         "sample_time_ms": [c.append_time_ms for c in changes * 2],
+                         "cycle": [c.metadata_offset for c in changes * 2]})
+    table, out = process_bucket({}, rows, CFG, now_ms=1_000)
+    events = [json.loads(r["payload"]) for r in out if r["kind"] == KIND_EVENT]
+    assert [(e["type"], e["severity"], e["brokers"], e["event_time_ms"], e["source"]) for e in events] == [
+        ("BROKER_UNFENCED", "info", [2], 110, "metadata_log"),
+        ("BROKER_FENCED", "warning", [2], 200, "metadata_log"),
+        ("BROKER_UNFENCED", "info", [2], 310, "metadata_log"),
+        ("BROKER_FENCED", "info", [2], 410, "metadata_log"),  # after its controlled shutdown: planned
+    ]
+    assert all(e["topic"] is None and e["partition"] is None for e in events)
+    assert len({e["event_id"] for e in events}) == 4
+    _, again = process_bucket(table, rows, CFG, now_ms=2_000)  # replayed: nothing new
+    assert not [r for r in again if r["kind"] == KIND_EVENT]
+    (registry,) = table.values()
+    assert registry.fenced == {2: True}  # type: ignore[union-attr]
+
+
+def test_a_restarted_broker_registering_again_before_it_was_fenced_is_reported_fenced() -> None:
+    view = MetadataView("prod", "a", 1)
+    changes = [c for r in [register_record(10, 2, 10, fenced=False), register_record(20, 2, 20)]
+               for c in view.apply(r)]
+    registry, first = step_broker_change(None, changes[0])
+    _, second = step_broker_change(registry, changes[1])
+    assert [e.type for e in first] == [EventType.BROKER_UNFENCED]
+    (fenced,) = second
+    assert fenced.type is EventType.BROKER_FENCED and "registered again" in fenced.message
+
+
+def test_eligible_leader_replicas_changes_are_events_from_the_log_and_from_samples() -> None:
+    feed, log = Feed(), Changes(isr=[1, 2, 3])
+    feed.partition(sample(0, elr=[]))
+    shrink = apply(feed, log.change(3_000, isr=[1], elr=[2, 3]))  # below min.insync.replicas 2: 2, 3 stay eligible
+    (elr,) = [e for e in shrink if e.type is EventType.ELR_CHANGE]
+    assert (elr.elr, elr.previous_elr, elr.brokers, elr.event_time_ms, elr.source) == (
+        [2, 3], [], [2, 3], 3_000, EventSource.METADATA_LOG)
+    assert elr.severity == "info"
+    back = feed.partition(sample(10, isr=[1, 3], elr=[2]))  # sampled: broker 3 rejoined the ISR
+    (elr,) = [e for e in back if e.type is EventType.ELR_CHANGE]
+    assert (elr.elr, elr.previous_elr, elr.brokers, elr.source) == ([2], [2, 3], [3], EventSource.SAMPLER)
+    assert not [e for e in feed.partition(sample(20, isr=[1, 3], elr=[2])) if e.type is EventType.ELR_CHANGE]

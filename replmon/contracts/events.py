@@ -30,6 +30,9 @@ class EventType(StrEnum):
     HW_STALLED = "HW_STALLED"
     ISR_FLAPPING = "ISR_FLAPPING"
     STALE = "STALE"
+    ELR_CHANGE = "ELR_CHANGE"
+    BROKER_FENCED = "BROKER_FENCED"
+    BROKER_UNFENCED = "BROKER_UNFENCED"
 
 
 class EventSource(StrEnum):
@@ -63,7 +66,7 @@ class Event(BaseModel):
     cluster: str
     """The watched cluster's name (``clusters[].name`` of the configuration)."""
     topic: str | None = None
-    """The partition's topic; None for a cluster-level STALE."""
+    """The partition's topic; None for a cluster-level STALE and for broker events (BROKER_FENCED/UNFENCED)."""
     partition: int | None = None
     """The partition's number."""
     event_time_ms: int
@@ -76,7 +79,8 @@ class Event(BaseModel):
     """What revealed it: metadata_log (the controller's record), sampler (protocol samples), log_dir (the log-dir
     agent's reading of a disk) or job."""
     brokers: list[int] = []
-    """Broker ids involved: who left or joined the ISR, who truncated, who diverged, the old and new leader."""
+    """Broker ids involved: who left or joined the ISR, who truncated, who diverged, the old and new leader, the
+    broker fenced or unfenced."""
     leader: int | None = None
     """The partition's leader after the event (-1: none, the partition is offline)."""
     previous_leader: int | None = None
@@ -116,6 +120,10 @@ class Event(BaseModel):
     """End of the offsets at stake (exclusive, like a log end offset): ``[offset_start, offset_end)``."""
     message: str
     """One line for a human, naming the partition."""
+    elr: list[int] | None = None
+    """ELR_CHANGE: the eligible leader replicas after the event (KIP-966)."""
+    previous_elr: list[int] | None = None
+    """ELR_CHANGE: the eligible leader replicas before the event."""
 
 
 class EventTypeSpec(NamedTuple):
@@ -203,6 +211,24 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         "No sample of the partition for over stream.stale_after_s. When one micro-batch finds most of a cluster's "
         "partitions silent, a single cluster-level STALE (no `topic`, no `partition`) stands for them.",
         "The collector is down or cannot reach the cluster, or the samples topic is not delivered to the job."),
+    EventType.ELR_CHANGE: EventTypeSpec(
+        (Severity.INFO,), "info",
+        "The eligible leader replicas (KIP-966) changed (`elr`, `previous_elr`; `brokers`: who entered or left): "
+        "replicas out of the ISR that still hold every committed message, whom the controller may elect cleanly.",
+        "The ISR fell below min.insync.replicas (the replicas that leave it then stay eligible), a replica came "
+        "back into the ISR or was elected, or the controller cleared the ELR (ClearElrRecord, a topic's "
+        "min.insync.replicas changed)."),
+    EventType.BROKER_FENCED: EventTypeSpec(
+        (Severity.INFO, Severity.WARNING), "info after a controlled shutdown, else warning",
+        "The controller fenced a broker (`brokers`): it leads no partition and leaves every ISR; from the "
+        "controller's metadata log (a log-dir agent), at the controller's time.",
+        "The broker's heartbeats stopped for broker.session.timeout.ms (its process died or froze, or it is cut "
+        "off from the controller), it finished a controlled shutdown (a planned stop or rolling restart), or it "
+        "registered again after a restart (fenced until it catches up)."),
+    EventType.BROKER_UNFENCED: EventTypeSpec(
+        (Severity.INFO,), "info",
+        "The controller unfenced a broker (`brokers`): it may lead and rejoin ISRs again.",
+        "The broker (re)started and caught up with the metadata log."),
 }
 """Every event type, once: its severities, what it means and what causes it."""
 

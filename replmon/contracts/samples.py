@@ -31,6 +31,7 @@ PARTITION_SCHEMA: Final = "partition/v1"
 REPLICA_SCHEMA: Final = "replica/v1"
 CYCLE_SCHEMA: Final = "cycle/v1"
 PARTITION_CHANGE_SCHEMA: Final = "partition_change/v1"
+BROKER_CHANGE_SCHEMA: Final = "broker_change/v1"
 
 
 class ReplicaError(StrEnum):
@@ -259,13 +260,57 @@ class PartitionChange(_Record):
     controller's own unclean recovery (KIP-966)."""
 
 
-Sample = PartitionSample | ReplicaSample | CycleSample | PartitionChange
-SampleModel = type[PartitionSample] | type[ReplicaSample] | type[CycleSample] | type[PartitionChange]
+class BrokerChange(_Record):
+    """A broker's registration as one record of the KRaft metadata log left it, read from disk by the log-dir agent:
+    the controller's own history of which brokers it fenced (heartbeats lost, a controlled shutdown done) and
+    unfenced (caught up again), at the controller's time. Every agent that reads a copy of the log publishes the
+    same records; ``metadata_offset`` tells them apart and the job applies each once."""
+
+    schema_: Literal["broker_change/v1"] = Field(default=BROKER_CHANGE_SCHEMA, alias="schema")
+    """The record's kind and version."""
+    cluster: str = Field(min_length=1, max_length=200)
+    """The watched cluster's name."""
+    agent_id: str = Field(min_length=1, max_length=200)
+    """Which agent read it."""
+    broker_id: BrokerId
+    """The node whose copy of the metadata log the agent read."""
+    metadata_offset: Offset
+    """The record's offset in the metadata log: orders the changes of the cluster."""
+    append_time_ms: TimeMs
+    """Milliseconds since the epoch, on the active controller's clock, when it appended the record."""
+    record_type: Literal["RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
+                         "UnfenceBrokerRecord", "UnregisterBrokerRecord"]
+    """The metadata record: RegisterBrokerRecord (a broker process registered, fenced until it catches up),
+    BrokerRegistrationChangeRecord (fenced, unfenced, or in controlled shutdown), FenceBrokerRecord and
+    UnfenceBrokerRecord (the same, as older metadata versions write it), UnregisterBrokerRecord (removed)."""
+    broker: Annotated[int, Field(ge=0, le=2**31 - 1)]
+    """The broker the record is about."""
+    broker_epoch: Annotated[int, Field(ge=-1, le=2**63 - 1)]
+    """The broker's epoch after the record (the metadata offset of its registration)."""
+    registered: bool
+    """False once the record unregistered the broker."""
+    fenced: bool
+    """The broker is fenced after the record: it leads nothing and is in no ISR (the controller removes it), and
+    clients are not sent to it."""
+    in_controlled_shutdown: bool
+    """The broker asked the controller to move its leaders away before it stops."""
+    previous_registered: bool
+    """The broker was registered before the record."""
+    previous_fenced: bool | None = None
+    """Fenced before the record; None when the broker was not registered or the agent knew no earlier state."""
+    previous_in_controlled_shutdown: bool | None = None
+    """In controlled shutdown before the record; None as for ``previous_fenced``."""
+
+
+Sample = PartitionSample | ReplicaSample | CycleSample | PartitionChange | BrokerChange
+SampleModel = (type[PartitionSample] | type[ReplicaSample] | type[CycleSample] | type[PartitionChange]
+               | type[BrokerChange])
 SAMPLE_MODELS: dict[str, SampleModel] = {
     PARTITION_SCHEMA: PartitionSample,
     REPLICA_SCHEMA: ReplicaSample,
     CYCLE_SCHEMA: CycleSample,
     PARTITION_CHANGE_SCHEMA: PartitionChange,
+    BROKER_CHANGE_SCHEMA: BrokerChange,
 }
 
 

@@ -1,9 +1,11 @@
-"""Following a node's metadata log on disk: its partition changes as :class:`PartitionChange` records.
+"""Following a node's metadata log on disk: its partition and broker changes as :class:`PartitionChange` and
+:class:`BrokerChange` records.
 
 The log-dir agent finds ``__cluster_metadata-0`` in the log dirs it reads (a KRaft broker or controller keeps it
 in its ``metadata.log.dir``, by default its first log dir). :class:`MetadataTail` loads the newest snapshot into a
 :class:`~collectors.logdir.metadata.view.MetadataView`, then replays the log from the snapshot's end offset, a
-little more each :meth:`~MetadataTail.poll`, and returns every partition change the replayed records made.
+little more each :meth:`~MetadataTail.poll`, and returns every partition and broker change the replayed records
+made.
 
 When the reader cannot go on from where it is (segments deleted before it read them, or the log truncated beneath
 it: a broker's or a follower controller's log follows the active controller's), the tail starts again from the
@@ -21,7 +23,7 @@ from collectors.logdir.metadata.batches import Skipped
 from collectors.logdir.metadata.log import MetadataLogReader, list_snapshots, read_snapshot
 from collectors.logdir.metadata.specs import MetadataSpecs, metadata_specs
 from collectors.logdir.metadata.view import MetadataView
-from replmon.contracts.samples import PartitionChange
+from replmon.contracts.samples import BrokerChange, PartitionChange
 
 MAX_POLLS = 16
 """Reads of at most the reader's byte budget each per :meth:`MetadataTail.poll`: a long log is caught up over a
@@ -39,7 +41,7 @@ def find_metadata_log(log_dirs: list[Path]) -> Path | None:
 
 @dataclass
 class TailRead:
-    changes: list[PartitionChange] = field(default_factory=list)
+    changes: list[PartitionChange | BrokerChange] = field(default_factory=list)
     skipped: Counter[Skipped] = field(default_factory=Counter)
     """Records of a type or version without a schema here: skipped, counted."""
     problems: list[str] = field(default_factory=list)
@@ -48,8 +50,8 @@ class TailRead:
 
 
 class MetadataTail:
-    """The partition changes of the metadata log in ``partition_dir``, as the agent ``agent_id`` of ``cluster``
-    reads them from node ``broker_id``'s disk."""
+    """The partition and broker changes of the metadata log in ``partition_dir``, as the agent ``agent_id`` of
+    ``cluster`` reads them from node ``broker_id``'s disk."""
 
     def __init__(self, partition_dir: Path, cluster: str, agent_id: str, broker_id: int,
                  specs: MetadataSpecs | None = None) -> None:

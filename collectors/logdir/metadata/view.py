@@ -6,6 +6,11 @@ leader epoch by one, every record raising the partition epoch; ClearElrRecord em
 topic, or of every topic) and turns each change of a partition into a :class:`PartitionChange` record with the
 partition before and after it. Topic names come from the log's TopicRecords; a RemoveTopicRecord forgets a topic.
 
+Brokers the same way (Kafka's ``ClusterControlManager`` replay): a RegisterBrokerRecord registers a broker whole
+(fenced or not, as the record says), a BrokerRegistrationChangeRecord changes its fencing (-1 unfenced, 1 fenced, 0
+no change) and its controlled shutdown (1 in it, 0 no change), Fence/UnfenceBrokerRecord fence and unfence (older
+metadata versions), UnregisterBrokerRecord removes it; each change is a :class:`BrokerChange` record.
+
 A snapshot is loaded with :meth:`MetadataView.load_snapshot`: it replaces what the view knew and reports nothing
 (it is a state, not a change).
 """
@@ -17,12 +22,25 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from collectors.logdir.metadata.batches import MetadataRecord
-from replmon.contracts.samples import LeaderRecoveryState, PartitionChange
+from replmon.contracts.samples import BrokerChange, LeaderRecoveryState, PartitionChange
 
 NO_LEADER_CHANGE = -2
 """PartitionChangeRecord's ``leader`` when the record does not change the leader (Kafka's LeaderConstants)."""
 _RECOVERY_STATES = {0: LeaderRecoveryState.RECOVERED, 1: LeaderRecoveryState.RECOVERING}
 PARTITION_RECORDS = ("PartitionRecord", "PartitionChangeRecord", "ClearElrRecord")
+BROKER_RECORDS = ("RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
+                  "UnfenceBrokerRecord", "UnregisterBrokerRecord")
+_FENCING = {-1: False, 1: True}
+"""BrokerRegistrationChangeRecord's ``fenced`` (Kafka's BrokerRegistrationFencingChange; 0: no change)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """One broker's registration, as the controller holds it."""
+
+    broker_epoch: int
+    fenced: bool
+    in_controlled_shutdown: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,18 +108,22 @@ class MetadataView:
         self.topics: dict[str, str] = {}
         """Topic id -> name."""
         self.partitions: dict[tuple[str, int], Registration] = {}
+        self.brokers: dict[int, BrokerRegistration] = {}
 
     def load_snapshot(self, records: Iterable[MetadataRecord]) -> None:
         """Replace the view by a snapshot's state."""
         self.topics.clear()
         self.partitions.clear()
+        self.brokers.clear()
         for record in records:
             self.apply(record)
 
-    def apply(self, record: MetadataRecord) -> list[PartitionChange]:
-        """Replay one record; the partition changes it made, as records."""
+    def apply(self, record: MetadataRecord) -> list[PartitionChange | BrokerChange]:
+        """Replay one record; the partition and broker changes it made, as records."""
         fields = record.fields
         kind = record.type
+        if kind in BROKER_RECORDS:
+            return self._broker(record)
         if kind == "TopicRecord":
             self.topics[fields["topicId"]] = fields["name"]
             return []
@@ -136,9 +158,50 @@ class MetadataView:
             return self._changes(record, cleared)
         return []
 
+    def _broker(self, record: MetadataRecord) -> list[PartitionChange | BrokerChange]:
+        fields, kind = record.fields, record.type
+        broker = int(fields["brokerId"] if "brokerId" in fields else fields["id"])
+        epoch = int(fields["brokerEpoch"] if "brokerEpoch" in fields else fields["epoch"])
+        before = self.brokers.get(broker)
+        new: BrokerRegistration | None
+        if kind == "RegisterBrokerRecord":
+            new = BrokerRegistration(epoch, bool(fields.get("fenced", True)),
+                                     bool(fields.get("inControlledShutdown", False)))
+        elif before is None or before.broker_epoch != epoch:
+            return []  # a change to a registration the view does not hold (Kafka ignores a stale epoch too)
+        elif kind == "UnregisterBrokerRecord":
+            new = None
+        elif kind in ("FenceBrokerRecord", "UnfenceBrokerRecord"):
+            new = replace(before, fenced=kind == "FenceBrokerRecord")
+        else:
+            fenced = _FENCING.get(int(fields.get("fenced", 0)), before.fenced)
+            shutdown = int(fields.get("inControlledShutdown", 0)) == 1 or before.in_controlled_shutdown
+            new = replace(before, fenced=fenced, in_controlled_shutdown=shutdown)
+        if new is None:
+            del self.brokers[broker]
+        else:
+            self.brokers[broker] = new
+        if new == before:
+            return []
+        if new is not None:
+            after = new
+        else:  # unregistered: it serves nothing
+            assert before is not None
+            after = replace(before, fenced=True, in_controlled_shutdown=False)
+        return [BrokerChange(
+            cluster=self.cluster, agent_id=self.agent_id, broker_id=self.broker_id,
+            metadata_offset=record.offset, append_time_ms=record.append_time_ms,
+            record_type=kind,  # one of BROKER_RECORDS
+            broker=broker, broker_epoch=epoch, registered=new is not None, fenced=after.fenced,
+            in_controlled_shutdown=after.in_controlled_shutdown,
+            previous_registered=before is not None,
+            previous_fenced=None if before is None else before.fenced,
+            previous_in_controlled_shutdown=None if before is None else before.in_controlled_shutdown,
+        )]
+
     def _changes(self, record: MetadataRecord,
-                 pairs: Sequence[tuple[Registration | None, Registration]]) -> list[PartitionChange]:
-        out = []
+                 pairs: Sequence[tuple[Registration | None, Registration]]) -> list[PartitionChange | BrokerChange]:
+        out: list[PartitionChange | BrokerChange] = []
         for before, new in pairs:
             topic = self.topics.get(new.topic_id)
             if topic is None:
