@@ -99,10 +99,11 @@ def test_a_clean_failover_under_load_pages_nobody_and_reports_the_discarded_tail
     print(f"tail [{truncated_to}, {old_log_end}): {len(acks_one_lost)} of its {old_log_end - truncated_to} messages "
           f"acknowledged to acks=1 and unreadable now; events: {[(e['type'], e['severity']) for e in events]}")
     assert lost == 0, "acks=all: every acknowledged message is readable"
-    # acks=1: what the consumer can no longer read is exactly what was acknowledged in the discarded tail
-    assert acks_one_lost == {seq for seq, (_, offset) in acks_one_acknowledged.items()
-                             if truncated_to <= offset < old_log_end}
-    assert 0 < len(acks_one_lost) <= truncation["uncommitted_lost"]
+    # acks=1: every acknowledged message the consumer can no longer read was acknowledged at an offset of the tail
+    # replmon reported discarded, never committed (the new leader writes at those offsets again: the range alone
+    # does not tell the lost from the new)
+    assert acks_one_lost and all(truncated_to <= acks_one_acknowledged[seq][1] < old_log_end for seq in acks_one_lost)
+    assert len(acks_one_lost) <= truncation["uncommitted_lost"]
     (change,) = [e for e in events if e["type"] == "LEADER_CHANGE"]
     assert change["clean"] is True and change["leader"] == NEW_LEADER
     assert not [e for e in events if e["severity"] == "critical"], "nothing committed was at stake"

@@ -204,13 +204,11 @@ class CycleSample(_Record):
     """Why the cycle failed, when it did."""
 
 
-class PartitionChange(_Record):
-    """A partition as one record of the KRaft metadata log (``__cluster_metadata-0``) left it, read from disk by the
-    log-dir agent: the controller's own history of the partition, every ISR and leader change at the controller's
-    time, also those between two protocol samples. Every agent that reads a copy of the log publishes the same
-    records; ``metadata_offset`` tells them apart and the job applies each once."""
+class _MetadataLogRecord(_Record):
+    """What every record read from the KRaft metadata log starts with: where and when the controller wrote it, and
+    who read it."""
 
-    schema_: Literal["partition_change/v1"] = Field(default=PARTITION_CHANGE_SCHEMA, alias="schema")
+    schema_: str = Field(alias="schema")
     """The record's kind and version."""
     cluster: str = Field(min_length=1, max_length=200)
     """The watched cluster's name."""
@@ -222,6 +220,16 @@ class PartitionChange(_Record):
     """The record's offset in the metadata log: orders the changes of the cluster."""
     append_time_ms: TimeMs
     """Milliseconds since the epoch, on the active controller's clock, when it appended the record."""
+
+
+class PartitionChange(_MetadataLogRecord):
+    """A partition as one record of the KRaft metadata log (``__cluster_metadata-0``) left it, read from disk by the
+    log-dir agent: the controller's own history of the partition, every ISR and leader change at the controller's
+    time, also those between two protocol samples. Every agent that reads a copy of the log publishes the same
+    records; ``metadata_offset`` tells them apart and the job applies each once."""
+
+    schema_: Literal["partition_change/v1"] = Field(default=PARTITION_CHANGE_SCHEMA, alias="schema")
+    """The record's kind and version."""
     record_type: Literal["PartitionRecord", "PartitionChangeRecord", "ClearElrRecord"]
     """The metadata record: PartitionRecord (the partition created, or its whole registration), PartitionChangeRecord
     (a change to it), ClearElrRecord (its ELR cleared)."""
@@ -260,7 +268,7 @@ class PartitionChange(_Record):
     controller's own unclean recovery (KIP-966)."""
 
 
-class BrokerChange(_Record):
+class BrokerChange(_MetadataLogRecord):
     """A broker's registration as one record of the KRaft metadata log left it, read from disk by the log-dir agent:
     the controller's own history of which brokers it fenced (heartbeats lost, a controlled shutdown done) and
     unfenced (caught up again), at the controller's time. Every agent that reads a copy of the log publishes the
@@ -268,16 +276,6 @@ class BrokerChange(_Record):
 
     schema_: Literal["broker_change/v1"] = Field(default=BROKER_CHANGE_SCHEMA, alias="schema")
     """The record's kind and version."""
-    cluster: str = Field(min_length=1, max_length=200)
-    """The watched cluster's name."""
-    agent_id: str = Field(min_length=1, max_length=200)
-    """Which agent read it."""
-    broker_id: BrokerId
-    """The node whose copy of the metadata log the agent read."""
-    metadata_offset: Offset
-    """The record's offset in the metadata log: orders the changes of the cluster."""
-    append_time_ms: TimeMs
-    """Milliseconds since the epoch, on the active controller's clock, when it appended the record."""
     record_type: Literal["RegisterBrokerRecord", "BrokerRegistrationChangeRecord", "FenceBrokerRecord",
                          "UnfenceBrokerRecord", "UnregisterBrokerRecord"]
     """The metadata record: RegisterBrokerRecord (a broker process registered, fenced until it catches up),
