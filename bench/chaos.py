@@ -247,7 +247,13 @@ class ChaosVerdict:
     committed_lost: dict[str, int] = field(default_factory=dict)
     """Per topic: what replmon's DATA_LOSS events counted."""
     consumer_lost: dict[str, int] = field(default_factory=dict)
-    """Per topic: acknowledged messages a consumer can no longer read."""
+    """Per acks=all topic: acknowledged messages a consumer can no longer read."""
+    uncommitted_counted: dict[str, int] = field(default_factory=dict)
+    """Per topic: the never-committed offsets replmon counts discarded (``uncommitted_counted`` of its events)."""
+    acks_one_lost: dict[str, int] = field(default_factory=dict)
+    """Per acks=0/1 topic: acknowledged messages a consumer can no longer read. Each lay at an offset replmon
+    counts lost, committed or not; the bound is not an equality because the discarded offsets also hold writes
+    never acknowledged (in flight when a leader died, retried by their producer)."""
     unexplained_critical: list[str] = field(default_factory=list)
     controller_recoveries: int = 0
     """Unclean LEADER_CHANGEs that were the controller's own recovery from the last known ELR (KIP-966), not
@@ -258,13 +264,22 @@ class ChaosVerdict:
     def ok(self) -> bool:
         return (not self.leader_changes_missing and not self.leader_changes_twice
                 and not self.leader_changes_unrecorded and not self.unexplained_critical
-                and all(self.committed_lost.get(t, 0) == n for t, n in self.consumer_lost.items()))
+                and all(self.committed_lost.get(t, 0) == n for t, n in self.consumer_lost.items())
+                and not self.acks_one_unaccounted)
+
+    @property
+    def acks_one_unaccounted(self) -> dict[str, int]:
+        """acks=0/1 topics where the consumer lost more acknowledged messages than replmon counts discarded."""
+        return {t: n for t, n in self.acks_one_lost.items()
+                if n > self.committed_lost.get(t, 0) + self.uncommitted_counted.get(t, 0)}
 
     def describe(self) -> str:
         return (f"leaders recorded {self.leaders_recorded}; LEADER_CHANGE missing {self.leader_changes_missing}, "
                 f"twice {self.leader_changes_twice}, not in the log {self.leader_changes_unrecorded}; "
                 f"sources {dict(self.leader_change_sources)}; committed lost {self.committed_lost} against the "
-                f"consumer's {self.consumer_lost}; critical without a cause {self.unexplained_critical}")
+                f"consumer's {self.consumer_lost}; never-committed offsets counted {self.uncommitted_counted}, "
+                f"acks=1 acknowledged and unreadable {self.acks_one_lost}; "
+                f"critical without a cause {self.unexplained_critical}")
 
 
 def recorded_leaders(dumped: Iterable[dict[str, Any]], topics: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
@@ -297,9 +312,10 @@ CRITICAL_AFTER_UNCLEAN = {"LEADER_CHANGE", "DATA_LOSS", "HW_REGRESSION", "EPOCH_
 
 
 def judge(events: list[dict[str, Any]], recorded: dict[str, list[tuple[int, int]]], chaos_topics: list[ChaosTopic],
-          unclean_elections: dict[str, int], consumer_lost: dict[str, int]) -> ChaosVerdict:
+          unclean_elections: dict[str, int], consumer_lost: dict[str, int],
+          acks_one_lost: dict[str, int] | None = None) -> ChaosVerdict:
     """The verdict on the events topic's ``events`` (pure)."""
-    v = ChaosVerdict(consumer_lost=consumer_lost)
+    v = ChaosVerdict(consumer_lost=consumer_lost, acks_one_lost=acks_one_lost or {})
     names = {t.name for t in chaos_topics}
     ours = [e for e in events if e.get("topic") in names]
     v.events = Counter(e["type"] for e in ours)
@@ -314,6 +330,7 @@ def judge(events: list[dict[str, Any]], recorded: dict[str, list[tuple[int, int]
     for t in chaos_topics:
         v.committed_lost[t.name] = sum(e.get("committed_lost") or 0 for e in ours
                                        if e["topic"] == t.name and e["type"] in ("DATA_LOSS", "HW_REGRESSION"))
+        v.uncommitted_counted[t.name] = sum(e.get("uncommitted_counted") or 0 for e in ours if e["topic"] == t.name)
         critical = [e for e in ours if e["topic"] == t.name and e["severity"] == "critical"]
         forced = [e for e in critical if e["type"] == "LEADER_CHANGE" and e["forced"] is not False]
         v.controller_recoveries += sum(e["type"] == "LEADER_CHANGE" and e["forced"] is False for e in critical)
@@ -328,11 +345,11 @@ def judge(events: list[dict[str, Any]], recorded: dict[str, list[tuple[int, int]
 
 
 def consumer_losses(cluster: LocalCluster, chaos: Chaos) -> dict[str, int]:
-    """Per acks=all topic: acknowledged messages a consumer can no longer read (for those, acknowledged means
+    """Per topic: acknowledged messages a consumer can no longer read (on acks=all topics, acknowledged means
     committed)."""
     return {t.name: len(unreadable(chaos.producers[t.name].acknowledged(),
                                    readable_sequences(cluster.live_bootstrap_servers, t.name)))
-            for t in chaos.topics if t.acks == "all"}
+            for t in chaos.topics}
 
 
 def settle(pipeline: Pipeline, deadline_s: float = 180) -> None:
@@ -349,7 +366,9 @@ def verdict(pipeline: Pipeline, cluster: LocalCluster, chaos: Chaos,
     settle(pipeline)
     lost = consumer_losses(cluster, chaos)
     recorded = recorded_leaders(controller_records(cluster), (t.name for t in chaos.topics))
-    return judge(pipeline.events(), recorded, chaos.topics, chaos.unclean_elections, lost)
+    acks_all = {t.name for t in chaos.topics if t.acks == "all"}
+    return judge(pipeline.events(), recorded, chaos.topics, chaos.unclean_elections,
+                 {t: n for t, n in lost.items() if t in acks_all}, {t: n for t, n in lost.items() if t not in acks_all})
 
 
 # ------------------------------------------------------------------------------------------------ the bench
@@ -403,6 +422,9 @@ def report(v: ChaosVerdict, chaos: Chaos, minutes: float, duration_s: float, com
         + "; ".join(f"{t}: {v.committed_lost.get(t, 0)} / {n}" for t, n in v.consumer_lost.items()) + " |",
         "| committed messages replmon counts lost on the acks=1 topic | "
         + ", ".join(f"{t}: {n}" for t, n in v.committed_lost.items() if t not in v.consumer_lost) + " |",
+        "| acks=1 topic: acknowledged messages the consumer can no longer read / never-committed offsets replmon "
+        "counts discarded (each lost message lies in one; the rest held writes never acknowledged, retried) | "
+        + ", ".join(f"{t}: {n} / {v.uncommitted_counted.get(t, 0)}" for t, n in v.acks_one_lost.items()) + " |",
         f"| unclean LEADER_CHANGEs that were the controller's recovery from the last known ELR (KIP-966) | "
         f"{v.controller_recoveries} |",
         f"| critical events without a cause | {len(v.unexplained_critical)} |",

@@ -278,6 +278,17 @@ def overview() -> Built:
                  (f"sum by (cluster, topic) (increase(replmon_committed_messages_lost_total{{{c}}}[$__rate_interval]))",
                   "{{cluster}}/{{topic}}"),
              ], description="High watermark regressions: committed messages no replica holds any more.", bars=True))
+             .with_panel(ts_panel("Never-committed tails discarded", [
+                 (f"sum by (cluster, topic) (increase(replmon_uncommitted_messages_lost_total{{{c}}}"
+                  "[$__rate_interval]))", "{{cluster}}/{{topic}}"),
+             ], description="Offsets leader changes discarded above everything committed: writes acknowledged "
+                 "to acks=0/1 producers (lost to them) or never acknowledged (retried). Each offset once.",
+                 bars=True))
+             .with_panel(ts_panel("Brokers fenced", [
+                 (f"sum by (cluster, broker) (increase(replmon_broker_fencings_total{{{c}}}[$__rate_interval]))",
+                  "{{cluster}} broker {{broker}}"),
+             ], description="The controller fenced the broker without a controlled shutdown (heartbeats stopped, "
+                 "or its process restarted); from the metadata log, needs a log-dir agent.", bars=True))
              .with_panel(ts_panel("Unclean elections and epoch divergences", [
                  (f"sum by (cluster, topic) (increase(replmon_unclean_leader_elections_total{{{c}}}"
                   "[$__rate_interval]))", "{{cluster}}/{{topic}} unclean election"),

@@ -869,11 +869,15 @@ def _log_truncation(out: _Emitter, m: PartitionMeta, broker: int, before: int, a
     loss = m.loss
     committed = loss.committed_end if loss is not None and broker == loss.previous_leader else None
     uncommitted = None if committed is None else max(0, before - max(after, committed))
+    counted = None
+    if loss is not None and uncommitted is not None:
+        counted = _count_uncommitted(m, loss.previous_leader_epoch, before - uncommitted, before)
     never = "" if not uncommitted else f", {uncommitted} of them never committed"
     out.emit(
         EventType.LOG_TRUNCATION, Severity.WARNING, broker, before, after,
         brokers=[broker], leader=m.leader, leader_epoch=m.leader_epoch,
-        truncated=before - after, uncommitted_lost=uncommitted, offset_start=after, offset_end=before,
+        truncated=before - after, uncommitted_lost=uncommitted, uncommitted_counted=counted,
+        offset_start=after, offset_end=before,
         message=(
             f"{_name(m)}: replica on broker {broker} truncated its log from {before} to {after} "
             f"({before - after} messages{never}, seen by the {seen_by})"
@@ -1086,8 +1090,9 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
             continue
         m.diverged = {**m.diverged, broker: offset}
         end = log.log_end_offset
-        committed = _committed_end_of_epoch(m, replica_epoch)
+        ended, committed = _ledger_of_epoch(m, replica_epoch)
         uncommitted = None if committed is None else max(0, end - max(offset, committed))
+        counted = None if uncommitted is None else _count_uncommitted(m, ended, end - uncommitted, end)
         holds_committed = committed is None or offset < committed
         stake = (
             "committed end unknown" if committed is None
@@ -1097,7 +1102,7 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
             EventType.EPOCH_DIVERGENCE, Severity.CRITICAL if holds_committed else Severity.WARNING,
             broker, offset, replica_epoch, leader_epoch,
             brokers=[broker, m.leader], leader=m.leader, leader_epoch=m.leader_epoch,
-            offset_start=offset, offset_end=end, uncommitted_lost=uncommitted,
+            offset_start=offset, offset_end=end, uncommitted_lost=uncommitted, uncommitted_counted=counted,
             message=(
                 f"{_name(m)}: replica on broker {broker} diverges from leader {m.leader} at offset "
                 f"{offset} (written in epoch {replica_epoch} there, in epoch {leader_epoch} on the leader); "
@@ -1109,13 +1114,26 @@ def _check_divergence(m: PartitionMeta, brokers: Iterable[int], out: _Emitter) -
 EARLIER_LOSSES = 4
 
 
-def _committed_end_of_epoch(m: PartitionMeta, epoch: int) -> int | None:
-    """What had been committed when leader epoch ``epoch`` ended: the committed end (C) of the first leader change
-    that ended it or a later one (each ended epoch has its own, the last ones remembered); None when unknown."""
+def _ledger_of_epoch(m: PartitionMeta, epoch: int) -> tuple[int, int | None]:
+    """The leader change that ended leader epoch ``epoch`` (the first one remembered that ended it or a later one:
+    each ended epoch has its own) as its previous leader epoch, and what had been committed then (its committed end
+    C); ``(-1, None)`` when unknown."""
     ledgers = [*m.earlier_committed_ends]
     if m.loss is not None:
         ledgers.append((m.loss.previous_leader_epoch, m.loss.committed_end))
-    return next((committed for ended, committed in ledgers if ended >= epoch), None)
+    return next(((ended, committed) for ended, committed in ledgers if ended >= epoch), (-1, None))
+
+
+def _count_uncommitted(m: PartitionMeta, ended: int, start: int, end: int) -> int:
+    """How many of a never-committed tail ``[start, end)`` of the leader change that ended epoch ``ended`` no
+    earlier event counted; raises that change's high mark. ``m`` must be a fresh copy."""
+    counted = dict(m.uncommitted_counted)
+    new = end - max(start, counted.get(ended, start))
+    if new <= 0:
+        return 0
+    counted[ended] = end
+    m.uncommitted_counted = tuple(sorted(counted.items()))[-(EARLIER_LOSSES + 1):]
+    return new
 
 
 def _reference_lineage(m: PartitionMeta) -> Lineage | None:

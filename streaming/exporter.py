@@ -232,6 +232,12 @@ class JobExporter(Collector):
                     # an election's loss is one of the two, never both (streaming.detect)
                     self._counters["replmon_committed_messages_lost_total"][(cluster, topic)] += \
                         int(e["committed_lost"])
+                if e.get("uncommitted_counted"):
+                    self._counters["replmon_uncommitted_messages_lost_total"][(cluster, topic)] += \
+                        int(e["uncommitted_counted"])
+                if e["type"] == "BROKER_FENCED" and e.get("severity") == "warning":
+                    for broker in e.get("brokers") or ():
+                        self._counters["replmon_broker_fencings_total"][(cluster, str(broker))] += 1
                 if e["type"] == "EPOCH_DIVERGENCE" and e.get("severity") == "critical":
                     self._counters["replmon_epoch_divergences_total"][(cluster, topic)] += 1
 

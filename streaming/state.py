@@ -111,6 +111,11 @@ class PartitionMeta:
     """``(previous leader epoch, committed end)`` of the leader changes before the last one (:attr:`loss`), oldest
     first, at most ``EARLIER_LOSSES``: what each ended epoch had committed, for a replica that diverges in one of
     them (a broker down through several elections)."""
+    uncommitted_counted: tuple[tuple[int, int], ...] = ()
+    """``(previous leader epoch, offset)`` per leader change (those :attr:`loss` and
+    :attr:`earlier_committed_ends` remember): the end of the never-committed tail of that change's old epochs
+    counted so far. Every replica's tail of one change starts where the new leader's log leaves the old epochs or
+    at their committed end, whichever is higher, so the union of the tails reported is ``[start, offset)``."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

@@ -832,7 +832,8 @@ def test_the_state_store_codec_keeps_every_field() -> None:
         flapping_reported_ms=2000, epoch_lineage=((0, 0), (7, 100)), lineage_leader_epoch=7,
         replica_logs={1: ReplicaLog(900, 4, 130, 120, 6, ((0, 0), (6, 100)))}, diverged={1: 100},
         loss=ElectionLoss(1, 6, True, 130, 100, 30), unclean_leader_election=False, metadata_offset=420,
-        metadata_time_ms=2500, last_known_elr=(3,), earlier_committed_ends=((3, 60),))
+        metadata_time_ms=2500, last_known_elr=(3,), earlier_committed_ends=((3, 60),),
+        uncommitted_counted=((3, 70), (6, 140)))
     rich = PartitionState(meta, sample_time_ms=3000, cycle=3, received_ms=3100, high_watermark=100,
                           log_start_offset=10, log_end_offsets={2: 100, 3: 90}, last_log_end_offsets={1: 130, 2: 100},
                           hw_stuck_since_ms=1000, hw_stuck_log_end_offset=100, hw_stalled=True, stale=True,

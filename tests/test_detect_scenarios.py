@@ -323,6 +323,31 @@ def test_clean_failover_with_an_unreplicated_tail_is_not_critical() -> None:
     assert (div.offset_start, div.offset_end, div.severity, div.uncommitted_lost) == (2010, 2040, Severity.WARNING, 30)
     (truncation,) = p.of(EventType.LOG_TRUNCATION)
     assert (truncation.brokers, truncation.truncated, truncation.uncommitted_lost) == ([old], 30, 30)
+    assert (div.uncommitted_counted, truncation.uncommitted_counted) == (30, 0)  # the same offsets, counted once
+    assert not [e for e in p.events if e.severity is Severity.CRITICAL]
+
+
+def test_the_never_committed_tails_of_one_leader_change_are_counted_once() -> None:
+    """Leader 1 appended up to 2040, follower 3 fetched up to 2025, broker 2 up to 2010; 2000 committed. Broker 2
+    is elected cleanly: broker 3's tail [2010, 2025) and broker 1's [2010, 2040) were never committed. Every event
+    reports its replica's own tail; what they add to the counter is the union, 30, each offset once."""
+    old, new, other = 1, 2, 3
+    lineage = [(0, 0), (4, 1000)]
+    p = Partition(CFG)
+    p.sampler(psample(1, old, 4, [old, new, other], 2000, {old: 2040, new: 2010, other: 2025}, lineage=lineage))
+    p.sampler(psample(2, new, 5, [new, other], 2010, {old: None, new: 2050, other: 2025},
+                      lineage=[*lineage, (5, 2010)]))
+    p.agent(rsample(2, other, 2025, 4, lineage))  # broker 3's disk: diverges at 2010
+    p.agent(rsample(2, old, 2040, 4, lineage))  # broker 1's, while it is down
+    p.agent(rsample(3, old, 2010, 4, lineage))  # back: truncated
+    p.agent(rsample(3, other, 2010, 4, lineage))
+
+    divergences = {e.brokers[0]: e for e in p.of(EventType.EPOCH_DIVERGENCE)}
+    assert {b: (e.uncommitted_lost, e.uncommitted_counted) for b, e in divergences.items()} == {
+        other: (15, 15), old: (30, 15)}
+    tails = [(e.brokers[0], e.truncated, e.uncommitted_counted) for e in p.of(EventType.LOG_TRUNCATION)]
+    assert tails == [(old, 30, 0), (other, 15, None)]  # broker 3 was not the old leader: no committed end of its own
+    assert sum(e.uncommitted_counted or 0 for e in p.events) == 30
     assert not [e for e in p.events if e.severity is Severity.CRITICAL]
 
 

@@ -104,6 +104,10 @@ def test_a_clean_failover_under_load_pages_nobody_and_reports_the_discarded_tail
     # does not tell the lost from the new)
     assert acks_one_lost and all(truncated_to <= acks_one_acknowledged[seq][1] < old_log_end for seq in acks_one_lost)
     assert len(acks_one_lost) <= truncation["uncommitted_lost"]
+    # every replica's never-committed tail of this failover lies inside the old leader's: counted once, the union
+    tail = old_log_end - truncated_to
+    assert sum(e.get("uncommitted_counted") or 0 for e in events) == tail
+    assert pipeline.metric("replmon_uncommitted_messages_lost_total", cluster="local", topic=topic) == tail
     (change,) = [e for e in events if e["type"] == "LEADER_CHANGE"]
     assert change["clean"] is True and change["leader"] == NEW_LEADER
     assert not [e for e in events if e["severity"] == "critical"], "nothing committed was at stake"

@@ -165,6 +165,10 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
         {"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "severity": "critical"},
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": False},
         {"cluster": "c", "topic": "t", "type": "LEADER_CHANGE", "clean": True},
+        {"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "uncommitted_lost": 30, "uncommitted_counted": 30},
+        {"cluster": "c", "topic": "t", "type": "LOG_TRUNCATION", "uncommitted_lost": 30, "uncommitted_counted": 0},
+        {"cluster": "c", "topic": None, "type": "BROKER_FENCED", "severity": "warning", "brokers": [2]},
+        {"cluster": "c", "topic": None, "type": "BROKER_FENCED", "severity": "info", "brokers": [3]},  # planned
     ])
     m = scrape(port, timeout_s=10)
     exported = {labels["partition"] for labels, _ in m["replmon_partition_isr_size"]}
@@ -188,6 +192,8 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     in_sync_lag = {labels["broker"]: v for labels, v in m["replmon_broker_max_in_sync_replica_lag_seconds"]}
     assert in_sync_lag == {"1": 0.0, "2": 1.5, "3": 0.0}  # broker 3 lags 12.5 s only where it is out of the ISR
     assert m["replmon_committed_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 50.0)]
+    assert m["replmon_uncommitted_messages_lost_total"] == [({"cluster": "c", "topic": "t"}, 30.0)]
+    assert m["replmon_broker_fencings_total"] == [({"cluster": "c", "broker": "2"}, 1.0)]
     assert m["replmon_epoch_divergences_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_job_partition_series_dropped"] == [({}, 7.0)]

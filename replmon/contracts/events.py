@@ -124,6 +124,11 @@ class Event(BaseModel):
     """ELR_CHANGE: the eligible leader replicas after the event (KIP-966)."""
     previous_elr: list[int] | None = None
     """ELR_CHANGE: the eligible leader replicas before the event."""
+    uncommitted_counted: int | None = None
+    """EPOCH_DIVERGENCE, LOG_TRUNCATION: of ``uncommitted_lost``, the offsets no earlier event counted for the same
+    leader change (the old leader's divergence and its truncation, or two replicas' tails, cover the same
+    offsets): what this event adds to ``replmon_uncommitted_messages_lost_total``. Summed over a leader change's
+    events it is the size of the union of their never-committed tails."""
 
 
 class EventTypeSpec(NamedTuple):

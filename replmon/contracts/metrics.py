@@ -98,9 +98,17 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_committed_messages_lost_total", "counter", TOPIC,
                "Committed messages lost: the sum of DATA_LOSS events (a leader change's committed offsets the new "
                "leader's log does not hold)."),
+    MetricSpec("replmon_uncommitted_messages_lost_total", "counter", TOPIC,
+               "Offsets leader changes discarded above everything committed: old leaders' never-committed tails, "
+               "writes acknowledged to acks=0/1 producers or never acknowledged (retried by their producers); the "
+               "sum of EPOCH_DIVERGENCE and LOG_TRUNCATION uncommitted_counted, each offset once per leader "
+               "change."),
     MetricSpec("replmon_epoch_divergences_total", "counter", TOPIC,
                "Replicas found with a lineage that disagrees with the leader's over committed offsets (critical "
                "EPOCH_DIVERGENCE; a never-committed tail does not count)."),
+    MetricSpec("replmon_broker_fencings_total", "counter", BROKER,
+               "Brokers the controller fenced because their heartbeats stopped or their process restarted "
+               "(BROKER_FENCED warnings; a controlled shutdown does not count)."),
     # --- the job itself ---
     MetricSpec("replmon_quarantined_samples_total", "counter", ("reason",),
                "Samples that failed parsing or validation, by reason; they go to the quarantine topic."),
