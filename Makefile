@@ -1,5 +1,5 @@
 # The two commands of the README, and the setup both depend on (idempotent: scripts/setup).
-PURE = not cluster and not spark and not prometheus
+PURE = not cluster and not spark and not prometheus and not hdfs
 
 .PHONY: setup run test test-fast lint
 setup:
@@ -11,7 +11,7 @@ run: setup
 test: setup
 	.venv/bin/pytest
 
-# the pure tier: no Kafka cluster, Spark session or Prometheus (under a minute)
+# the pure tier: no Kafka cluster, Spark session, Prometheus or HDFS (under a minute)
 test-fast: setup
 	.venv/bin/pytest -m "$(PURE)"
 

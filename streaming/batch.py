@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from replmon.core.config import ReplmonConfig
@@ -39,12 +39,13 @@ class JobStats:
 class StateBatchHandler:
     """foreachBatch of the state query: one collect, then events, metrics and history from the driver."""
 
-    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate) -> None:
+    def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
+                 spark: SparkSession | None = None) -> None:
         self.exporter = exporter
         self.stats = stats
         self.gate = gate
         self.events = EventsPublisher(config)
-        self.history = HistoryWriter(config.stream.history_dir)
+        self.history = HistoryWriter(config.stream.history_dir, spark)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.gate.batch(batch_id):

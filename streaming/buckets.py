@@ -6,24 +6,45 @@ state key, is ``bucket_ids[bucket]``. Spark sends each id to one of the state qu
 state stage of every micro-batch waits for the task with 20 (docs/benchmarks.md, "Streaming job"). A new
 checkpoint gets ids chosen so that each task holds as many buckets as the others.
 
-Both numbers are fixed for the life of a checkpoint: a partition hashed into another bucket would start from an
-empty state there (its history gone) while the old bucket kept reporting it, STALE. The layout is written next
-to the checkpoint (:data:`LAYOUT_FILE`) and a configuration that no longer matches it is refused.
+The bucket count is fixed for the life of a checkpoint: a partition hashed into another bucket would start from
+an empty state there (its history gone) while the old bucket kept reporting it, STALE. The layout is written next
+to the checkpoint (:data:`LAYOUT_FILE`, on the checkpoint's filesystem) and a configuration that no longer
+matches it is refused. The state query's tasks can change (``stream.state_parallelism``): the state moves to a
+new query with ids balanced over the new count (streaming.reshard), recorded as the layout's next generation
+(``replmon-buckets-<n>.json``: the highest one is the checkpoint's layout).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from replmon.core import locations
 from replmon.core.errors import ReplmonError
-from replmon.core.paths import replace_file
+from streaming.reshard import QueryLog
+from streaming.storage import HadoopDirectory
 
 LAYOUT_FILE = "replmon-buckets.json"
+_GENERATION = re.compile(r"^replmon-buckets(?:-(\d+))?\.json$")
+
+
+def layout_file(generation: int) -> str:
+    return LAYOUT_FILE if generation == 0 else f"replmon-buckets-{generation}.json"
+
+
+class Resharding(BaseModel):
+    """Where a query with a new state parallelism takes its initial state and its first offsets from."""
+
+    query: str
+    """The old query's directory under the checkpoint."""
+    batch: int
+    """The old query's last committed micro-batch."""
+    bucket_ids: list[int]
+    """The old layout's ids: bucket ``i`` moves from ``bucket_ids[i]`` to the new layout's ``bucket_ids[i]``."""
 
 
 class BucketLayout(BaseModel):
@@ -32,6 +53,10 @@ class BucketLayout(BaseModel):
     """The state query's tasks the ids are balanced over; None for a checkpoint written before layouts were
     recorded (ids 0..state_buckets-1, as then)."""
     bucket_ids: list[int]
+    query: str = "state"
+    """The state query's directory under the checkpoint."""
+    resharded_from: Resharding | None = None
+    """The query this one replaced (its state seeds this one's first micro-batch); None for the first."""
 
 
 def balanced_ids(task_of: Sequence[int], buckets: int, tasks: int) -> list[int]:
@@ -55,37 +80,62 @@ def task_of_ids(spark: SparkSession, count: int, tasks: int) -> list[int]:
     return [int(row["task"]) for row in rows]
 
 
-def resolve_layout(spark: SparkSession, checkpoint: Path, state_buckets: int, *, query_started: bool
-                   ) -> BucketLayout:
+def _recorded(checkpoint: HadoopDirectory) -> tuple[int, str] | None:
+    """The newest layout's generation and file name; None when none was recorded."""
+    found = [(int(m.group(1) or 0), name) for name in checkpoint.list() if (m := _GENERATION.match(name))]
+    return max(found, default=None)
+
+
+def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_buckets: int,
+                   parallelism: int | None = None) -> BucketLayout:
     """The checkpoint's bucket layout: the recorded one (refused when ``state_buckets`` changed), or, recorded
     now, that of a checkpoint written before layouts were (ids 0..state_buckets-1: the configured count is taken
-    to be the one it was written with) or a new balanced one for a new checkpoint. ``query_started``: the state
-    query has a checkpoint of its own already."""
-    path = checkpoint / LAYOUT_FILE
-    if path.exists():
+    to be the one it was written with) or a new balanced one for a new checkpoint. ``parallelism`` (the configured
+    ``stream.state_parallelism``) other than the tasks the state query last committed with: the next generation,
+    a new query seeded from that commit (streaming.reshard)."""
+    found = _recorded(checkpoint)
+    if found is not None:
+        generation, name = found
+        path = locations.join(checkpoint.location, name)
         try:
-            layout = BucketLayout.model_validate_json(path.read_bytes())
-        except (OSError, ValidationError) as exc:
+            layout = BucketLayout.model_validate_json(checkpoint.read_bytes(name) or b"")
+        except ValidationError as exc:
             raise ReplmonError(f"cannot read the state bucket layout {path}: {exc}") from exc
         if len(set(layout.bucket_ids)) != layout.state_buckets:
             raise ReplmonError(f"the state bucket layout {path} is damaged: {len(set(layout.bucket_ids))} distinct "
                                f"bucket ids for {layout.state_buckets} buckets")
         if layout.state_buckets != state_buckets:
             raise ReplmonError(
-                f"stream.state_buckets is {state_buckets}, but the checkpoint {checkpoint} holds its partitions in "
-                f"{layout.state_buckets} buckets: rehashing them would lose their state. Set state_buckets back "
-                f"to {layout.state_buckets}, or give the job a new checkpoint_dir (it starts afresh there).")
-        return layout
-    if query_started:  # a checkpoint of a replmon that did not record its layout
+                f"stream.state_buckets is {state_buckets}, but the checkpoint {checkpoint.location} holds its "
+                f"partitions in {layout.state_buckets} buckets: rehashing them would lose their state. Set "
+                f"state_buckets back to {layout.state_buckets}, or give the job a new checkpoint_dir (it starts afresh "
+                "there).")
+        return layout if parallelism is None else _resharded(spark, checkpoint, generation, layout, parallelism)
+    if checkpoint.is_dir("state/offsets"):  # a checkpoint of a replmon that did not record its layout
         layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=None,
                               bucket_ids=list(range(state_buckets)))
     else:
         tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
         layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=tasks,
                               bucket_ids=new_bucket_ids(spark, state_buckets, tasks))
-    checkpoint.mkdir(parents=True, exist_ok=True)
-    replace_file(path, layout.model_dump_json())
-    return layout
+    checkpoint.create(LAYOUT_FILE, layout.model_dump_json().encode())
+    return layout if parallelism is None else _resharded(spark, checkpoint, 0, layout, parallelism)
+
+
+def _resharded(spark: SparkSession, checkpoint: HadoopDirectory, generation: int, layout: BucketLayout,
+               parallelism: int) -> BucketLayout:
+    """``layout``, or its next generation when the state query last committed with other than ``parallelism``
+    tasks. A query that has not committed yet (a new checkpoint, or a move under way) keeps its layout."""
+    log = QueryLog(checkpoint, layout.query)
+    last = log.last_committed()
+    if last is None or log.tasks(last) in (None, parallelism):
+        return layout
+    new = BucketLayout(state_buckets=layout.state_buckets, shuffle_partitions=parallelism,
+                       bucket_ids=new_bucket_ids(spark, layout.state_buckets, parallelism),
+                       query=f"state-{generation + 1}",
+                       resharded_from=Resharding(query=layout.query, batch=last, bucket_ids=layout.bucket_ids))
+    checkpoint.create(layout_file(generation + 1), new.model_dump_json().encode())
+    return new
 
 
 def new_bucket_ids(spark: SparkSession, buckets: int, tasks: int) -> list[int]:

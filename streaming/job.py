@@ -24,6 +24,7 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
+from replmon.core import locations
 from replmon.core.config import ReplmonConfig
 from streaming.batch import STOP_BATCH_WAIT_S, STOP_POLL_S, BatchGate, JobStats, ProgressListener, StateBatchHandler
 from streaming.buckets import resolve_layout
@@ -32,7 +33,9 @@ from streaming.exporter import JobExporter
 from streaming.parse import parse_samples, processor_input
 from streaming.processor import OUTPUT_SCHEMA, ReplicationProcessor
 from streaming.pyspark_hooks import quiet_stop_noise
+from streaming.reshard import QueryLog, seed_state
 from streaming.source import kafka_source
+from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +87,32 @@ class RunningJob:
 def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter | None = None) -> RunningJob:
     stream = config.stream
     exporter = exporter or JobExporter(stream.series_budget)
-    checkpoint = stream.checkpoint_dir
-    query_checkpoint = checkpoint / "state"
-    layout = resolve_layout(spark, checkpoint, stream.state_buckets,
-                            query_started=(query_checkpoint / "offsets").is_dir())
+    checkpoint = HadoopDirectory(spark, stream.checkpoint_dir)
+    layout = resolve_layout(spark, checkpoint, stream.state_buckets, stream.state_parallelism)
+    seed, starting_offsets = None, None
+    moved = layout.resharded_from
+    if moved is not None and QueryLog(checkpoint, layout.query).last_committed() is None:
+        # a new state parallelism: the new query starts from the old one's last commit (streaming.reshard)
+        starting_offsets = QueryLog(checkpoint, moved.query).source_offsets(moved.batch)
+        seed = seed_state(spark, stream.checkpoint_dir, moved.query, moved.batch,
+                          dict(zip(moved.bucket_ids, layout.bucket_ids, strict=True))).groupBy("bucket")
+        spark.conf.set("spark.sql.shuffle.partitions", str(layout.shuffle_partitions))
+        log.warning("state parallelism %s: moving the state of %s (micro-batch %d) to %s", layout.shuffle_partitions,
+                    moved.query, moved.batch, layout.query)
     port = exporter.serve(stream.metrics_host, stream.metrics_port)
     stats = JobStats()
     spark.streams.addListener(ProgressListener(exporter))
-    parsed = parse_samples(kafka_source(spark, config), layout.bucket_ids)
+    parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
-    state_handler = StateBatchHandler(config, exporter, stats, gate)
+    state_handler = StateBatchHandler(config, exporter, stats, gate, spark)
     processed = (processor_input(parsed)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
-                     stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime"))
+                     stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime",
+                     initialState=seed))
     trigger = f"{stream.trigger_interval_s} seconds"
+    query_checkpoint = locations.spark_uri(locations.join(stream.checkpoint_dir, layout.query))
     state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
-                   .option("checkpointLocation", str(query_checkpoint)).trigger(processingTime=trigger).start())
+                   .option("checkpointLocation", query_checkpoint)
+                   .trigger(processingTime=trigger).start())
     return RunningJob(spark, [state_query], exporter, stats, port, gate)

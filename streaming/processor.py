@@ -396,6 +396,14 @@ class ReplicationProcessor(StatefulProcessor):
             step("frame", len(frame))
         return frame
 
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
+        """A bucket's table from the query this one replaced (streaming.reshard), stored as it was packed; its
+        chain of timers starts again here."""
+        for packed in initialState["partitions"]:
+            unpack(packed)  # a format this replmon cannot read fails here, not in a later micro-batch
+            self.table.state.put([(packed,)])
+        self.handle.registerTimer(timerValues.getCurrentProcessingTimeInMs() + self.timer_period_ms)
+
     def handleExpiredTimer(self, key: Any, timerValues: TimerValues,
                            expiredTimerInfo: ExpiredTimerInfo) -> Iterator[pd.DataFrame]:
         now_ms = timerValues.getCurrentProcessingTimeInMs()

@@ -1,39 +1,62 @@
-"""The Spark session of the job: local master, Spark's official Kafka source, RocksDB state store, and the
-project's own Python interpreter for the Python workers."""
+"""The Spark session of the job: Spark's official Kafka source, RocksDB state store, the checkpoint manager its
+storage needs, and the project's own Python for the Python workers; in local mode by default, on any master
+(``stream.spark_master``), and under spark-submit, whose master, packages and --conf it defers to."""
 
 from __future__ import annotations
 
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql import SparkSession
 
+from replmon.core import locations
 from replmon.core.config import StreamConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
-from streaming import pyspark_hooks
+from streaming import code_archive, pyspark_hooks
+from streaming.code_archive import ARCHIVE_ALIAS
 
 SPARK_VERSION = pyspark_hooks.PINNED_PYSPARK
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
-REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas"
-"""Spark's default (secret|password|token|access.key) plus ``jaas``: ``kafka.sasl.jaas.config``."""
+REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
+"""Spark's default (secret|password|token|access.key) plus ``jaas`` (``kafka.sasl.jaas.config``) and the inline
+private key of a client certificate (``kafka.ssl.keystore.key``)."""
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 FILESYSTEM_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"
+HADOOP_CLOUD = f"org.apache.spark:spark-hadoop-cloud_2.13:{SPARK_VERSION}"
+"""Spark's cloud module: the checkpoint manager for object stores."""
 
 STATE_CONF = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     # a commit writes the batch's changes, not a snapshot of the store (snapshots in the background); Spark
     # reads a checkpoint written either way, so it applies to existing checkpoints too
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
-    # The checkpoint is a local directory (stream.checkpoint_dir). Spark's default manager renames a checkpoint
-    # file through Hadoop's FileContext, which on the local filesystem starts a `readlink` process (and more)
-    # per rename: the offsets log, the commit log and each state task's changelog, every micro-batch, ~40 ms
-    # apiece on a busy JVM. Hadoop's FileSystem.rename is a plain rename(2) there, as atomic, and the files are
-    # the same: a checkpoint written by either manager is read by the other.
+    # A local checkpoint (the default). Spark's default manager renames a checkpoint file through Hadoop's
+    # FileContext, which on the local filesystem starts a `readlink` process (and more) per rename: the offsets
+    # log, the commit log and each state task's changelog, every micro-batch, ~40 ms apiece on a busy JVM.
+    # Hadoop's FileSystem.rename is a plain rename(2) there, as atomic, and the files are the same: a checkpoint
+    # written by either manager is read by the other. Other stores: checkpoint_manager_conf.
     "spark.sql.streaming.checkpointFileManagerClass": FILESYSTEM_CHECKPOINT_MANAGER,
 }
 """How the session keeps the query's state and checkpoint (also the tests' own sessions)."""
+
+
+def checkpoint_manager_conf(checkpoint_dir: str) -> dict[str, str]:
+    """The checkpoint file manager the checkpoint's store needs. Local: FileSystem renames (above). HDFS and other
+    filesystems with an atomic rename: Spark's default, FileContext's rename with overwrite (FileSystem.rename on
+    HDFS refuses to replace a file: a batch's retried commit would fail). Object stores, where a rename copies:
+    Spark's abortable-stream manager, which writes each file in place and never shows a partial one."""
+    found = locations.scheme(checkpoint_dir)
+    if found is None:
+        return {CHECKPOINT_MANAGER: FILESYSTEM_CHECKPOINT_MANAGER}
+    if found in locations.OBJECT_STORE_SCHEMES:
+        return {CHECKPOINT_MANAGER: ABORTABLE_CHECKPOINT_MANAGER}
+    return {}
 
 
 PYTHON_CONF = {
@@ -70,23 +93,49 @@ def ivy_settings(cache: Path, repository: str | None = None) -> str:
     )
 
 
-def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
-    """Every setting the job's session gets (pure: tested without Spark)."""
+def local_cores(master: str) -> int | None:
+    """N of ``local[N]`` (``local``: 1; ``local[*]``: this host's cores); None for a cluster master."""
+    if master == "local":
+        return 1
+    if not master.startswith("local["):
+        return None
+    inside = master.removeprefix("local[").split("]")[0].split(",")[0]
+    return os.cpu_count() or 1 if inside == "*" else int(inside)
+
+
+def state_parallelism(cfg: StreamConfig, conf: dict[str, str]) -> int | None:
+    """The state query's tasks for a new checkpoint (``stream.state_parallelism``), else the cores the job gets as
+    far as its settings tell (``conf``: the settings the session starts with); None: Spark's default parallelism,
+    known once the session runs. Each task costs a fixed ~0.3 s per micro-batch (its state store's load and
+    commit, its Python worker's setup): more tasks than cores run in waves (4 on local[2] took two)."""
+    if cfg.state_parallelism is not None:
+        return cfg.state_parallelism
+    cores = local_cores(conf.get("spark.master", cfg.spark_master))
+    if cores is not None:
+        return cores
+    if "spark.cores.max" in conf:
+        return int(conf["spark.cores.max"])
+    if "spark.executor.instances" in conf and "spark.executor.cores" in conf:
+        return int(conf["spark.executor.instances"]) * int(conf["spark.executor.cores"])
+    return None
+
+
+def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str, str] | None = None,
+               code_archive: str | None = None) -> dict[str, str]:
+    """Every setting the job's session gets (pure: tested without Spark). ``submitted``: what spark-submit set
+    (its master, packages and --conf), which win over replmon's and are not repeated; ``code_archive``: the
+    archive of replmon's code to ship to the executors (off local mode)."""
+    local = cfg.local_master if submitted is None or "spark.master" not in submitted else (
+        local_cores(submitted["spark.master"]) is not None)
     conf = {
         "spark.app.name": app_name,
         "spark.master": cfg.spark_master,
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",  # the job's log carries replmon's lines and Spark's warnings
         "spark.driver.memory": "2g",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
-        # the state's partitions (fixed by a checkpoint's first batch; a later change applies to new checkpoints
-        # only): one per core of local[2]. Each costs a fixed ~0.3 s per micro-batch (its state store's load and
-        # commit, its Python worker's setup); 4 on 2 cores ran in two waves.
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
         "spark.sql.session.timeZone": "UTC",
-        **STATE_CONF,
+        **{k: v for k, v in STATE_CONF.items() if k != CHECKPOINT_MANAGER},
+        **checkpoint_manager_conf(cfg.checkpoint_dir),
         "spark.sql.execution.arrow.pyspark.enabled": "true",
         "spark.sql.streaming.noDataMicroBatches.enabled": "true",
         "spark.sql.adaptive.enabled": "false",
@@ -96,30 +145,88 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon") -> dict[str, str]:
         "spark.redaction.regex": REDACTION_REGEX,
         "spark.sql.redaction.options.regex": "(?i)url|" + REDACTION_REGEX.removeprefix("(?i)"),
     }
-    if cfg.kafka_jars_dir is not None:
-        conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
-    else:
-        ivy = cache_dir() / "ivy"
-        ivy.mkdir(parents=True, exist_ok=True)
-        settings = ivy / "ivysettings.xml"
-        settings.write_text(ivy_settings(ivy, os.environ.get(MAVEN_REPOSITORY_ENV)))
-        conf["spark.jars.ivy"] = str(ivy)
-        conf["spark.jars.ivySettings"] = str(settings)
-        conf["spark.jars.packages"] = KAFKA_CONNECTOR
+    if local:  # everything on this host: nothing listens beyond loopback
+        conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
+        conf["spark.default.parallelism"] = str(local_cores(submitted.get("spark.master", cfg.spark_master)
+                                                            if submitted else cfg.spark_master))
+    if cfg.driver_host is not None:
+        conf["spark.driver.host"] = cfg.driver_host
+    if cfg.driver_bind_address is not None:
+        conf["spark.driver.bindAddress"] = cfg.driver_bind_address
+    if submitted is None:  # spark-submit resolved the packages already (its --packages/--jars)
+        packages = [KAFKA_CONNECTOR]
+        if conf.get(CHECKPOINT_MANAGER) == ABORTABLE_CHECKPOINT_MANAGER:
+            packages.append(HADOOP_CLOUD)
+        if cfg.kafka_jars_dir is not None:
+            conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
+        else:
+            ivy = cache_dir() / "ivy"
+            ivy.mkdir(parents=True, exist_ok=True)
+            settings = ivy / "ivysettings.xml"
+            settings.write_text(ivy_settings(ivy, os.environ.get(MAVEN_REPOSITORY_ENV)))
+            conf["spark.jars.ivy"] = str(ivy)
+            conf["spark.jars.ivySettings"] = str(settings)
+            conf["spark.jars.packages"] = ",".join(packages)
+    parallelism = state_parallelism(cfg, {**conf, **cfg.spark_conf, **(submitted or {})})
+    if parallelism is not None:
+        conf["spark.sql.shuffle.partitions"] = str(parallelism)
     conf.update(cfg.spark_conf)
+    shipped = f"#{ARCHIVE_ALIAS}" in (submitted or {}).get("spark.archives", "")  # spark-submit --archives
+    if code_archive is not None and not local and not shipped:
+        ship = f"{locations.spark_uri(locations.normalize(code_archive))}#{ARCHIVE_ALIAS}"
+        archives = (submitted or {}).get("spark.archives") or conf.get("spark.archives")
+        conf["spark.archives"] = f"{archives},{ship}" if archives else ship
+        path = (submitted or {}).get("spark.executorEnv.PYTHONPATH") or conf.get("spark.executorEnv.PYTHONPATH")
+        conf["spark.executorEnv.PYTHONPATH"] = f"{ARCHIVE_ALIAS}:{path}" if path else ARCHIVE_ALIAS
+    if submitted:
+        conf = {k: v for k, v in conf.items()
+                if k not in submitted or k in ("spark.archives", "spark.executorEnv.PYTHONPATH")}
     return conf
 
 
+def submitted_conf() -> dict[str, str] | None:
+    """The settings spark-submit gave the JVM when this process runs under it (spark-submit started the JVM and
+    handed its gateway over: PYSPARK_GATEWAY_PORT); None otherwise."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()
+    return dict(SparkConf().getAll())
+
+
 def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
-    # Spark's Python workers run the interpreter of this process: the project's venv.
+    # Spark's Python workers run the interpreter of this process (the project's venv) unless the platform names
+    # another (PYSPARK_PYTHON, spark.pyspark.python)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    submitted = submitted_conf()
+    archive = None
+    if cfg.code_archive == "auto":
+        archive = str(code_archive.build(cache_dir() / "spark"))
+    elif cfg.code_archive != "none":
+        archive = cfg.code_archive
+    conf = spark_conf(cfg, app_name, submitted, archive)
     builder = SparkSession.builder
-    for key, value in spark_conf(cfg, app_name).items():
+    for key, value in conf.items():
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except Exception as exc:  # the JVM did not start or the connector did not resolve
         raise ReplmonError(f"cannot start Spark: {str(exc).splitlines()[0]}") from exc
     spark.sparkContext.setLogLevel("WARN")
+    if "spark.sql.shuffle.partitions" not in {**conf, **(submitted or {})}:  # the cores the job has now
+        spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
+    _require_kafka_source(spark)
     return spark
+
+
+def _require_kafka_source(spark: SparkSession) -> None:
+    """One clear line when Spark's Kafka source is not on the classpath (spark-submit without --packages)."""
+    jvm: Any = spark._jvm
+    try:
+        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            "kafka", spark._jsparkSession.sessionState().conf())
+    except Exception as exc:
+        raise ReplmonError(f"Spark's Kafka source is not on the classpath: start spark-submit with --packages "
+                           f"{KAFKA_CONNECTOR} (or --jars with it and its dependencies)") from exc

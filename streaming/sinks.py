@@ -22,10 +22,14 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from pyspark.sql import SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from replmon.core import locations
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
+from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)
 
@@ -166,14 +170,22 @@ def _arrow_schema(spark_struct: Any, drop: tuple[str, ...] = ()) -> pa.Schema:
 
 class HistoryWriter:
     """Parquet history under ``stream.history_dir``: ``events/`` and ``partitions/``, partitioned by cluster
-    and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute."""
+    and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute.
 
-    def __init__(self, root: Path) -> None:
+    A local directory is written by Arrow, its files named after the micro-batch (a replayed batch overwrites its
+    own). Any other location (HDFS, an object store) is written by Spark's Parquet writer on the executors, which
+    reach it with the cluster's Hadoop configuration; a replayed batch appends its files again there, and readers
+    de-duplicate (events by id, :func:`read_events`)."""
+
+    def __init__(self, location: str | Path, spark: SparkSession | None = None) -> None:
         from replmon.contracts.events import Event
         from streaming.processor import OUTPUT_SCHEMA
         from streaming.schema import spark_schema
 
-        self.root = Path(root)
+        self.location = locations.normalize(location)
+        self.spark = spark
+        if not locations.is_local(self.location) and spark is None:
+            raise ValueError(f"writing the history to {self.location} takes a Spark session")
         self._last: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         self.event_schema = _arrow_schema(spark_schema(Event))
         self.partition_schema = _arrow_schema(OUTPUT_SCHEMA, drop=("kind", "event_id", "event_type", "payload"))
@@ -183,7 +195,12 @@ class HistoryWriter:
             return
         dates = [datetime.fromtimestamp(t / 1000, tz=UTC).strftime("%Y-%m-%d") for t in times_ms]
         table = table.append_column("date", pa.array(dates, pa.string()))
-        pq.write_to_dataset(table, root_path=str(self.root / kind), partition_cols=["cluster", "date"],
+        target = locations.join(self.location, kind)
+        if self.spark is not None and not locations.is_local(self.location):
+            frame = self.spark.createDataFrame(table)  # from Arrow, its schema kept
+            frame.write.mode("append").partitionBy("cluster", "date").parquet(target)
+            return
+        pq.write_to_dataset(table, root_path=target, partition_cols=["cluster", "date"],
                             basename_template=f"batch-{batch_id:012d}-{{i}}.parquet",
                             existing_data_behavior="overwrite_or_ignore")
 
@@ -214,17 +231,26 @@ class HistoryWriter:
             self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
 
 
-def read_events(root: Path) -> pd.DataFrame:
-    """Every event in the history, de-duplicated by id, oldest first."""
-    path = Path(root) / "events"
-    if not path.exists():
-        return pd.DataFrame()
+def read_events(location: str | Path, spark: SparkSession | None = None) -> pd.DataFrame:
+    """Every event in the history, de-duplicated by id, oldest first. A history that is not a local directory is
+    read through ``spark`` (its Hadoop filesystems)."""
     from replmon.contracts.events import Event
     from streaming.schema import spark_schema
 
+    location = locations.normalize(location)
     # the contract's schema, not the first file's: files written before a field was added read with it null
     schema = _arrow_schema(spark_schema(Event)).append(pa.field("date", pa.string()))
-    frame = pq.read_table(str(path), schema=schema, partitioning="hive").to_pandas()
+    path = locations.join(location, "events")
+    if not locations.is_local(location):
+        if spark is None:
+            raise ValueError(f"reading the history in {location} takes a Spark session")
+        if not HadoopDirectory(spark, location).is_dir("events"):
+            return pd.DataFrame()
+        frame: pd.DataFrame = spark.read.schema(from_arrow_schema(schema)).parquet(path).toPandas()
+    elif not Path(path).exists():
+        return pd.DataFrame()
+    else:
+        frame = pq.read_table(path, schema=schema, partitioning="hive").to_pandas()
     if frame.empty:
         return frame
     return frame.drop_duplicates("event_id").sort_values("event_time_ms", kind="stable").reset_index(drop=True)

@@ -17,8 +17,10 @@ os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test
 from pyspark.sql import SparkSession
 
 from replmon.testbed.harness import AGENT_PREFIX
+from replmon.testbed.hdfs import MiniHdfs
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.sparkcluster import StandaloneCluster
 from replmon.testbed.workload import SequencedProducer
 from streaming.session import PYTHON_CONF, STATE_CONF
 from tests.pipeline import Pipeline, running_pipeline
@@ -34,10 +36,10 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.basetemp = tempfile.mkdtemp(prefix="replmon-pytest-")
 
 
-TIERS = ("cluster", "spark", "prometheus")
+TIERS = ("cluster", "spark", "prometheus", "hdfs")
 """The markers of the slow tiers; a test with none of them is pure (``make test-fast``)."""
 FIXTURE_TIERS = {"cluster": ("cluster",), "spark": ("spark",), "pipeline": ("cluster", "spark"),
-                 "prometheus": ("prometheus",)}
+                 "prometheus": ("prometheus",), "hdfs": ("hdfs",)}
 """The tiers a test belongs to because of a fixture it uses, directly or through another fixture."""
 
 
@@ -84,6 +86,9 @@ def _tier_guard(tier: str, what: str, original: Callable[..., Any]) -> Callable[
 
 
 LocalCluster.up = _tier_guard("cluster", "a Kafka cluster", LocalCluster.up)  # type: ignore[method-assign]
+MiniHdfs.start = _tier_guard("hdfs", "an HDFS", MiniHdfs.start)  # type: ignore[method-assign]
+StandaloneCluster.start = _tier_guard(  # type: ignore[method-assign]
+    "spark", "a Spark standalone cluster", StandaloneCluster.start)
 SparkSession.Builder.getOrCreate = _tier_guard(  # type: ignore[method-assign]
     "spark", "a Spark session", SparkSession.Builder.getOrCreate)
 
@@ -197,4 +202,13 @@ def prometheus(pipeline: Pipeline, tmp_path_factory: pytest.TempPathFactory) -> 
     """A real Prometheus scraping the pipeline with the repo's config and alert rules, for the session: the
     end-to-end faults are checked in replmon's events and metrics and in the alerts they fire."""
     with running_prometheus(pipeline, tmp_path_factory.mktemp("prometheus")) as server:
+        yield server
+
+
+# ---------------------------------------------------------------------------------------------- HDFS
+@pytest.fixture(scope="session")
+def hdfs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MiniHdfs]:
+    """A real one-datanode HDFS on loopback for the session (Hadoop's MiniDFSCluster, permissions off), at
+    ``hdfs.uri``; its JVM dies with the test process even if it crashes. Tests using it are marked ``hdfs``."""
+    with MiniHdfs(tmp_path_factory.mktemp("hdfs")) as server:
         yield server

@@ -35,6 +35,7 @@ CONTRACT = [
     ["demo", "--cluster-dir", "/x"],
     ["dashboards", "build"],
     ["dashboards", "push"],
+    ["package", "--output", "/tmp/dist"],
 ]
 
 
@@ -97,3 +98,15 @@ def test_run_tells_its_children_which_local_cluster_to_watch() -> None:
     assert [c[3] for c in commands] == ["collect", "agent", "agent"]
     assert all(c[-2:] == ["--cluster-dir", "/clusters/a"] for c in commands)
     assert all("--cluster-dir" not in c for c in children(Path("c.yaml"), config, None))
+
+
+def test_package_builds_the_code_archive_and_prints_the_spark_submit_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["package", "--output", str(tmp_path / "dist")]) == 0
+    archive, command = capsys.readouterr().out.splitlines()
+    assert Path(archive).is_file() and Path(archive).parent == tmp_path / "dist"
+    words = command.split()
+    assert words[0] == "spark-submit" and f"{Path(archive).as_uri()}#replmon-code" in command
+    entry = Path(words[words.index("--config") - 1])
+    assert entry.is_file() and entry.name == "submit.py"

@@ -79,7 +79,10 @@ def test_dockerfile_copies_what_exists_and_runs_replmon() -> None:
     for line in re.findall(r"^COPY (.+)$", text, re.M):
         for source in line.split()[:-1]:
             assert (ROOT / source).exists(), f"Dockerfile copies {source}, which does not exist"
-    assert re.search(r'^ENTRYPOINT \["replmon"\]', text, re.M)
+    # tini runs deploy/entrypoint.sh, which runs `replmon <command>` for the services' commands (Spark's driver and
+    # executor on Kubernetes otherwise: tests/test_deploy.py)
+    assert re.search(r'^ENTRYPOINT \["/usr/bin/tini", "-s", "--", "/opt/replmon/entrypoint.sh"\]$', text, re.M)
+    assert re.search(r"^COPY deploy/entrypoint\.sh /opt/replmon/entrypoint\.sh$", text, re.M)
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
 

@@ -46,8 +46,10 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     ("collectr: {}", "collectr"),
     (f"collector: {{collector_id: {'x' * 181}}}", "collector.collector_id"),
     ("clusters: [{name: a, bootstrap_servers: 'h:1'}, {name: a, bootstrap_servers: 'h:2'}]", "unique"),
-    ("stream: {checkpoint_dir: 'hdfs://namenode/replmon/checkpoint'}", "stream.checkpoint_dir"),
-    ("stream: {history_dir: 's3a://bucket/replmon/history'}", "stream.history_dir"),
+    ("stream: {checkpoint_dir: 's3://bucket/replmon/checkpoint'}", "stream.checkpoint_dir"),
+    ("stream: {history_dir: 'https://example.com/history'}", "stream.history_dir"),
+    ("stream: {checkpoint_dir: 'file://host/replmon'}", "stream.checkpoint_dir"),
+    ("stream: {checkpoint_dir: ''}", "stream.checkpoint_dir"),
 ])
 def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:
     with pytest.raises(ReplmonError, match=re.escape(where)):
@@ -106,3 +108,57 @@ def test_the_example_loads_and_covers_every_setting() -> None:
     text = EXAMPLE.read_text()
     missing = [f for f in _fields(ReplmonConfig) if not re.search(rf"\b{f.rsplit('.', 1)[-1]}:", text)]
     assert not missing, f"conf/replmon.example.yaml does not mention {missing}"
+
+
+@pytest.mark.parametrize("given, kept", [
+    ("hdfs://namenode:8020/replmon/checkpoint/", "hdfs://namenode:8020/replmon/checkpoint"),
+    ("s3a://bucket/replmon", "s3a://bucket/replmon"),
+    ("abfss://c@account.dfs.core.windows.net/replmon", "abfss://c@account.dfs.core.windows.net/replmon"),
+    ("file:///var/lib/replmon/checkpoint", "/var/lib/replmon/checkpoint"),
+])
+def test_checkpoint_and_history_take_hadoop_filesystem_uris(tmp_path: Path, given: str, kept: str) -> None:
+    config = load_config(write(tmp_path, f"stream: {{checkpoint_dir: '{given}', history_dir: '{given}/h'}}"), env={})
+    assert config.stream.checkpoint_dir == kept
+    assert config.stream.history_dir == kept.rstrip("/") + "/h"
+
+
+def test_a_local_checkpoint_path_is_made_absolute_so_no_default_filesystem_reinterprets_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    config = load_config(write(tmp_path, "stream: {checkpoint_dir: relative/cp, history_dir: ~/h}"), env={})
+    assert config.stream.checkpoint_dir == str(tmp_path / "relative" / "cp")
+    assert config.stream.history_dir == str(Path.home() / "h")
+
+
+def test_spark_s_kafka_source_gets_the_certificates_inline_so_no_executor_needs_the_driver_s_files(
+    tmp_path: Path,
+) -> None:
+    from cryptography.hazmat.primitives import serialization
+
+    from replmon.core.config import SecurityConfig
+    from replmon.testbed.localcluster import tls
+
+    ca = tls.new_authority()
+    keystore = tls.node_keystore(ca)
+    key = serialization.load_pem_private_key(keystore, None)
+    (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
+    (tmp_path / "client.pem").write_bytes(keystore[keystore.index(b"-----BEGIN CERTIFICATE"):])
+    (tmp_path / "client.key").write_bytes(key.private_bytes(  # an encrypted key, as sites keep them
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.BestAvailableEncryption(b"k3y-pass")))
+    security = SecurityConfig(protocol="SSL", ssl_cafile=tmp_path / "ca.pem", ssl_certfile=tmp_path / "client.pem",
+                              ssl_keyfile=tmp_path / "client.key", ssl_key_password="k3y-pass")
+    props = security.java_client(inline=True)
+    assert props["ssl.truststore.type"] == props["ssl.keystore.type"] == "PEM"
+    assert props["ssl.truststore.certificates"] == ca.cert_pem.decode()
+    assert props["ssl.keystore.certificate.chain"] == (tmp_path / "client.pem").read_text()
+    assert props["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")  # PKCS#8, what Java reads
+    assert serialization.load_pem_private_key(props["ssl.keystore.key"].encode(), None).private_numbers() == \
+        key.private_numbers()  # type: ignore[union-attr]
+    assert not any(k.endswith("location") for k in props)
+    # a properties file for Kafka's tools names the CA file, and the client certificate not at all
+    assert security.java_client()["ssl.truststore.location"] == str(tmp_path / "ca.pem")
+    wrong = security.model_copy(update={"ssl_key_password": None})
+    with pytest.raises(ReplmonError, match="cannot read the private key"):
+        wrong.java_client(inline=True)

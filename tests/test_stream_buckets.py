@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 from replmon.core.errors import ReplmonError
 from streaming.buckets import LAYOUT_FILE, BucketLayout, balanced_ids, resolve_layout
 from streaming.parse import parse_samples
+from streaming.storage import HadoopDirectory
 from tests.test_stream_parsing import KAFKA_RECORD
 
 
@@ -49,11 +50,12 @@ def shuffle_tasks(spark: SparkSession, bucket_ids: list[int]) -> Counter[int]:
 def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tasks(
         two_tasks: SparkSession, tmp_path: Path) -> None:
     assert shuffle_tasks(two_tasks, list(range(32))) == Counter({1: 20, 0: 12})  # the ids 0..31: one task waits
-    layout = resolve_layout(two_tasks, tmp_path / "checkpoint", 32, query_started=False)
+    checkpoint = HadoopDirectory(two_tasks, str(tmp_path / "checkpoint"))
+    layout = resolve_layout(two_tasks, checkpoint, 32)
     assert layout.shuffle_partitions == 2 and len(set(layout.bucket_ids)) == 32
     assert shuffle_tasks(two_tasks, layout.bucket_ids) == Counter({0: 16, 1: 16})
     # recorded: the same on restart
-    assert resolve_layout(two_tasks, tmp_path / "checkpoint", 32, query_started=True) == layout
+    assert resolve_layout(two_tasks, checkpoint, 32) == layout
     # the job's parse sends every partition to one of the layout's ids, each partition always to the same one
     rows = [(f"c/t/{p}".encode(), json.dumps({"schema": "partition/v1", "cluster": "c", "topic": "t",
                                               "partition": p}).encode(), 0, p) for p in range(2000)]
@@ -67,7 +69,8 @@ def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tas
 @pytest.mark.spark
 def test_a_checkpoint_written_before_layouts_keeps_its_ids(spark: SparkSession, tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"  # a running job's checkpoint, no layout recorded
-    layout = resolve_layout(spark, checkpoint, 8, query_started=True)
+    (checkpoint / "state" / "offsets").mkdir(parents=True)
+    layout = resolve_layout(spark, HadoopDirectory(spark, str(checkpoint)), 8)
     assert layout == BucketLayout(state_buckets=8, shuffle_partitions=None, bucket_ids=list(range(8)))
     assert BucketLayout.model_validate_json((checkpoint / LAYOUT_FILE).read_text()) == layout
 
@@ -75,17 +78,18 @@ def test_a_checkpoint_written_before_layouts_keeps_its_ids(spark: SparkSession, 
 @pytest.mark.spark
 def test_a_changed_bucket_count_is_refused_with_the_way_out(spark: SparkSession, tmp_path: Path) -> None:
     checkpoint = tmp_path / "checkpoint"
-    resolve_layout(spark, checkpoint, 8, query_started=False)
+    directory = HadoopDirectory(spark, str(checkpoint))
+    resolve_layout(spark, directory, 8)
     recorded = (checkpoint / LAYOUT_FILE).read_text()
     with pytest.raises(ReplmonError) as refused:
-        resolve_layout(spark, checkpoint, 16, query_started=True)
+        resolve_layout(spark, directory, 16)
     message = str(refused.value)
     assert "stream.state_buckets is 16" in message and str(checkpoint) in message
     assert "Set state_buckets back to 8" in message and "new checkpoint_dir" in message
     assert (checkpoint / LAYOUT_FILE).read_text() == recorded  # nothing changed
     (checkpoint / LAYOUT_FILE).write_text("{not json")
     with pytest.raises(ReplmonError, match="cannot read the state bucket layout"):
-        resolve_layout(spark, checkpoint, 8, query_started=True)
+        resolve_layout(spark, directory, 8)
     (checkpoint / LAYOUT_FILE).write_text(recorded.replace('"state_buckets":8', '"state_buckets":9'))
     with pytest.raises(ReplmonError, match="damaged: 8 distinct bucket ids for 9 buckets"):
-        resolve_layout(spark, checkpoint, 9, query_started=True)
+        resolve_layout(spark, directory, 9)

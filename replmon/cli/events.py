@@ -80,10 +80,19 @@ def _plain(value: Any) -> Any:
     return value.tolist() if hasattr(value, "tolist") else value
 
 
-def history_events(history_dir: Path) -> list[dict[str, Any]]:
+def history_events(history_dir: str | Path, config: ReplmonConfig | None = None) -> list[dict[str, Any]]:
+    """The history's events; one on a Hadoop filesystem (not a local directory) is read by a local Spark session
+    with ``config``'s Spark settings (its Hadoop configuration reaches the cluster's filesystems)."""
+    from replmon.core import locations
     from streaming.sinks import read_events
 
-    frame = read_events(history_dir)
+    spark = None
+    if not locations.is_local(locations.normalize(history_dir)):
+        from streaming.session import get_session
+
+        stream = (config or ReplmonConfig()).stream.model_copy(update={"spark_master": "local[1]"})
+        spark = get_session(stream, "replmon-events")
+    frame = read_events(history_dir, spark)
     if frame.empty:
         return []
     return [canonical(row) for row in frame.to_dict("records")]
@@ -157,13 +166,13 @@ def print_line(event: dict[str, Any], as_json: bool) -> None:
               f"{event['message']}", flush=True)
 
 
-def events(config: ReplmonConfig, *, source: str = "history", history_dir: Path | None = None,
+def events(config: ReplmonConfig, *, source: str = "history", history_dir: str | Path | None = None,
            keep: EventFilter = EventFilter(), follow: bool = False, as_json: bool = False) -> int:
     """Print the events ``keep`` accepts. ``source`` 'history' reads the job's Parquet history (``history_dir``,
     else ``stream.history_dir``); 'topic' reads the events topic, and keeps printing new events with ``follow``."""
     if source == "history":
         root = history_dir or config.stream.history_dir
-        found: Iterable[dict[str, Any]] = [e for e in history_events(root) if keep(e)]
+        found: Iterable[dict[str, Any]] = [e for e in history_events(root, config) if keep(e)]
         if not found and not as_json:
             err.print(f"no events in {root}")
             return 0

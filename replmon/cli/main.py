@@ -51,6 +51,12 @@ def _stream(args: argparse.Namespace) -> int:
     return stream(stream_config(args.config, args.cluster_dir))
 
 
+def _package(args: argparse.Namespace) -> int:
+    from replmon.cli.package import package
+
+    return package(args.output)
+
+
 def _run(args: argparse.Namespace) -> int:
     from replmon.cli.run import run
 
@@ -184,6 +190,13 @@ def build_parser() -> argparse.ArgumentParser:
     watch_args(stream)
     stream.set_defaults(handler=_stream)
 
+    pack = sub.add_parser("package", help="replmon's code for Spark executors, and the spark-submit command",
+                          description="Build the zip of replmon's code the executors import (shipped through "
+                          "spark.archives, docs/deploy.md) and print its path and the job's spark-submit command.")
+    pack.add_argument("--output", type=Path, default=Path("dist"), metavar="DIR",
+                      help="where to write the archive (default: ./dist)")
+    pack.set_defaults(handler=_package)
+
     run = sub.add_parser("run", help="collector + agents + job + exporter; no cluster configured: the local one")
     watch_args(run)
     run.set_defaults(handler=_run)
@@ -196,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--from", dest="source", choices=["history", "topic"], default=None,
                         help="where to read: the history (default) or the events topic (default with --follow)")
     events.add_argument("--follow", action="store_true", help="keep printing events as they are published")
-    events.add_argument("--history-dir", type=Path, default=None, metavar="DIR",
-                        help="the history to read (default: stream.history_dir of the configuration)")
+    events.add_argument("--history-dir", default=None, metavar="DIR",
+                        help="the history to read, a directory or a Hadoop filesystem URI (default: "
+                        "stream.history_dir of the configuration)")
     events.add_argument("--json", action="store_true", help="one JSON object a line, every field of the record")
     events.add_argument("--cluster", help="only events of this watched cluster")
     events.add_argument("--topic", help="only events of this topic")

@@ -1,6 +1,6 @@
 """Download and cache every artifact replmon runs from Maven Central, so that later starts need no network:
-Apache Kafka for the local cluster (and its tools jar, the tests' oracle), and Spark's Kafka connector for the
-job. ``python -m replmon.cli.prefetch``."""
+Apache Kafka for the local cluster (and its tools jar, the tests' oracle), Hadoop's minicluster for the tests'
+HDFS, and Spark's Kafka connector for the job. ``python -m replmon.cli.prefetch``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from replmon.core.config import StreamConfig
 from replmon.core.errors import ReplmonError
+from replmon.testbed import hdfs
 from replmon.testbed.localcluster import artifacts
 
 
@@ -16,6 +17,7 @@ def main() -> int:
         libs = artifacts.kafka_libs()
         print(f"kafka {artifacts.KAFKA_VERSION}: {libs}")
         print(f"kafka-tools {artifacts.KAFKA_VERSION}: {artifacts.kafka_tools_jar()}")
+        print(f"hadoop minicluster {hdfs.HADOOP_VERSION}: {hdfs.hdfs_libs()}")
         from streaming.session import KAFKA_CONNECTOR, get_session
 
         spark = get_session(StreamConfig(spark_master="local[1]"), app_name="replmon-prefetch")

@@ -26,6 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from replmon.core import locations
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import state_dir
 
@@ -82,9 +83,13 @@ class SecurityConfig(_Section):
                 kw["ssl_password"] = self.ssl_key_password.get_secret_value()
         return kw
 
-    def java_client(self) -> dict[str, str]:
+    def java_client(self, inline: bool = False) -> dict[str, str]:
         """Properties for Java Kafka clients (Spark's Kafka source and sink take them with a ``kafka.``
-        prefix)."""
+        prefix). ``inline``: the PEM files' contents instead of their paths (Kafka's ssl.truststore.certificates,
+        ssl.keystore.certificate.chain and ssl.keystore.key), so that the settings work on any host they reach,
+        such as a Spark executor that has none of the driver's files, and with the client certificate (mTLS); the
+        private key goes as unencrypted PKCS#8, the form Java reads, in memory only. Without ``inline`` (a
+        properties file for Kafka's command-line tools): the CA file's path, no client certificate."""
         props: dict[str, str] = {"security.protocol": self.protocol}
         if self.protocol.startswith("SASL") and self.password is not None:
             module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if self.sasl_mechanism == "PLAIN"
@@ -96,10 +101,29 @@ class SecurityConfig(_Section):
         if self.protocol in ("SSL", "SASL_SSL"):
             if self.ssl_cafile:
                 props["ssl.truststore.type"] = "PEM"
-                props["ssl.truststore.location"] = str(self.ssl_cafile)
+                if inline:
+                    props["ssl.truststore.certificates"] = Path(self.ssl_cafile).read_text()
+                else:
+                    props["ssl.truststore.location"] = str(self.ssl_cafile)
+            if inline and self.ssl_certfile and self.ssl_keyfile:
+                props["ssl.keystore.type"] = "PEM"
+                props["ssl.keystore.certificate.chain"] = Path(self.ssl_certfile).read_text()
+                props["ssl.keystore.key"] = self._pkcs8_key()
             if not self.ssl_check_hostname:
                 props["ssl.endpoint.identification.algorithm"] = ""
         return props
+
+    def _pkcs8_key(self) -> str:
+        from cryptography.hazmat.primitives import serialization
+
+        assert self.ssl_keyfile is not None
+        password = self.ssl_key_password.get_secret_value().encode() if self.ssl_key_password else None
+        try:
+            key = serialization.load_pem_private_key(Path(self.ssl_keyfile).read_bytes(), password)
+        except (ValueError, TypeError) as exc:
+            raise ReplmonError(f"cannot read the private key {self.ssl_keyfile}: {exc}") from None
+        return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                 serialization.NoEncryption()).decode()
 
 
 def _jaas_quote(value: str) -> str:
@@ -184,8 +208,13 @@ class TransportConfig(_Section):
 class StreamConfig(_Section):
     spark_master: str = "local[2]"
     trigger_interval_s: float = Field(default=2.0, gt=0)
-    checkpoint_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "checkpoint")
-    history_dir: Path = Field(default_factory=lambda: state_dir() / "stream" / "history")
+    checkpoint_dir: str = Field(default_factory=lambda: str(state_dir() / "stream" / "checkpoint"))
+    """Spark's checkpoint and what the job keeps beside it: a local directory (the driver's disk, local mode
+    only) or a Hadoop filesystem URI every executor and the driver reach (hdfs://, s3a://, abfss://, gs://, ...;
+    replmon.core.locations)."""
+    history_dir: str = Field(default_factory=lambda: str(state_dir() / "stream" / "history"))
+    """The Parquet history of events and partitions: a local directory or a Hadoop filesystem URI, like
+    checkpoint_dir."""
     state_buckets: int = Field(default=32, ge=1, le=65536)
     """Partitions are hashed into this many state buckets, one state value each. Every bucket that gets a
     sample costs a fixed ~9 ms of Python worker time per micro-batch (docs/benchmarks.md, "Streaming job":
@@ -206,15 +235,34 @@ class StreamConfig(_Section):
     flapping_window_s: float = Field(default=300.0, gt=0)
     flapping_threshold: int = Field(default=4, ge=1)
     spark_conf: dict[str, str] = {}
+    """Spark settings over the job's own (streaming.session); under spark-submit, its --conf win over both."""
+    state_parallelism: int | None = Field(default=None, ge=1, le=10_000)
+    """The state query's tasks (spark.sql.shuffle.partitions) for a new checkpoint; None: the cores the job gets
+    (local[N]: N; else spark.cores.max, or spark.executor.instances x spark.executor.cores, else Spark's default
+    parallelism). Independent of state_buckets: the buckets are spread evenly over the tasks. A checkpoint keeps
+    the count it started with (docs/deploy.md, "Changing the state parallelism")."""
+    driver_host: str | None = None
+    """spark.driver.host, the address executors connect back to: 127.0.0.1 in local mode; off local mode, Spark's
+    default (this host's name) unless set."""
+    driver_bind_address: str | None = None
+    """spark.driver.bindAddress: 127.0.0.1 in local mode; off local mode, Spark's default (all interfaces of
+    driver_host) unless set."""
+    code_archive: str = "auto"
+    """How the executors get replmon's code off local mode: "auto" ships a zip of the running installation's
+    packages through spark.archives (unpacked beside each executor, on its Python path); "none" when the
+    executors' Python has replmon installed (the container image); or the path or URI of such a zip
+    (`replmon package`)."""
+
+    @property
+    def local_master(self) -> bool:
+        return self.spark_master.startswith("local")
 
     @field_validator("checkpoint_dir", "history_dir", mode="before")
     @classmethod
-    def _local_directory(cls, value: Any) -> Any:
-        """The job reads and writes both with local file I/O (and its checkpoint manager renames files there,
-        streaming.session.STATE_CONF): a URI would become a relative directory named after its scheme."""
-        if isinstance(value, str) and "://" in value:
-            raise ValueError(f"{value!r} is a URI; give a local directory (a mounted volume for shared storage)")
-        return value
+    def _location(cls, value: Any) -> Any:
+        """One spelling per place (replmon.core.locations): a path means the driver's disk, whatever Spark's
+        fs.defaultFS says."""
+        return locations.normalize(value) if isinstance(value, str | Path) else value
 
 
 class GrafanaConfig(_Section):

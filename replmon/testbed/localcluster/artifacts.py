@@ -51,28 +51,34 @@ def parse_java_major(version_output: str) -> int | None:
 
 def kafka_libs(version: str = KAFKA_VERSION) -> Path:
     """The directory of jars that runs Kafka ``version``, downloading it on first use."""
-    root = cache_dir() / f"kafka-{version}"
+    return maven_libs(cache_dir() / f"kafka-{version}", "replmon.testbed.localcluster", f"Apache Kafka {version}",
+                      "kafka_2.13-*.jar", f"-Dkafka.version={version}")
+
+
+def maven_libs(root: Path, pom_package: str, what: str, probe: str, *maven_args: str) -> Path:
+    """``root``/libs: the runtime classpath of the ``pom.xml`` bundled in package ``pom_package``, copied there by
+    Maven (``dependency:copy-dependencies``, with ``maven_args``) on first use and read from the cache after that.
+    A cache counts when its ``complete`` marker is there and a jar matches the glob ``probe``; an interrupted
+    download leaves neither."""
     libs = root / "libs"
-    if (root / "complete").exists() and any(libs.glob("kafka_2.13-*.jar")):
+    if (root / "complete").exists() and any(libs.glob(probe)):
         return libs
     mvn = shutil.which("mvn")
     if not mvn:
         raise ReplmonError(
-            f"Maven (mvn) not found and Kafka {version} is not cached in {root}: "
-            "install Maven 3.8+ (apt-get install maven)"
+            f"Maven (mvn) not found and {what} is not cached in {root}: install Maven 3.8+ (apt-get install maven)"
         )
     root.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root, prefix="download-") as tmp:
         pom = Path(tmp) / "pom.xml"
-        pom.write_text(resources.files("replmon.testbed.localcluster").joinpath("pom.xml").read_text())
+        pom.write_text(resources.files(pom_package).joinpath("pom.xml").read_text())
         out_dir = Path(tmp) / "libs"
-        _maven(mvn, Path(tmp), f"Apache Kafka {version}", root,
-               "-f", str(pom), "dependency:copy-dependencies", f"-Dkafka.version={version}",
+        _maven(mvn, Path(tmp), what, root, "-f", str(pom), "dependency:copy-dependencies", *maven_args,
                f"-DoutputDirectory={out_dir}", "-DincludeScope=runtime")
         if libs.exists():
             shutil.rmtree(libs)
         out_dir.rename(libs)
-    (root / "complete").write_text(version + "\n")
+    (root / "complete").write_text(what + "\n")
     return libs
 
 

@@ -1,0 +1,105 @@
+"""The job's Spark settings for each place it runs (pure: no Spark): local mode, a cluster master, spark-submit;
+the checkpoint manager each store needs; the state parallelism; replmon's code shipped to executors."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from replmon.core.config import StreamConfig
+from streaming import code_archive
+from streaming.session import (
+    ABORTABLE_CHECKPOINT_MANAGER,
+    FILESYSTEM_CHECKPOINT_MANAGER,
+    HADOOP_CLOUD,
+    KAFKA_CONNECTOR,
+    local_cores,
+    spark_conf,
+)
+
+MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+
+
+def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:
+    conf = spark_conf(StreamConfig(spark_master="local[3]"))
+    assert conf["spark.master"] == "local[3]"
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
+    assert conf["spark.sql.shuffle.partitions"] == conf["spark.default.parallelism"] == "3"
+    assert conf[MANAGER] == FILESYSTEM_CHECKPOINT_MANAGER
+    assert conf["spark.jars.packages"] == KAFKA_CONNECTOR
+    assert "spark.archives" not in conf  # the executors are this process's
+
+
+def test_a_cluster_master_gets_its_own_addresses_the_code_archive_and_its_cores_as_state_tasks() -> None:
+    cfg = StreamConfig(spark_master="spark://10.0.0.5:7077", checkpoint_dir="hdfs://nn:8020/replmon/cp",
+                       spark_conf={"spark.cores.max": "6"})
+    conf = spark_conf(cfg, code_archive="/cache/replmon-code-1.zip")
+    assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
+    assert "spark.default.parallelism" not in conf
+    assert conf["spark.sql.shuffle.partitions"] == "6"
+    assert MANAGER not in conf  # HDFS: Spark's own FileContext manager (rename with overwrite)
+    assert conf["spark.archives"] == "file:///cache/replmon-code-1.zip#replmon-code"
+    assert conf["spark.executorEnv.PYTHONPATH"] == "replmon-code"
+
+
+def test_configured_parallelism_and_addresses_win_and_executor_counts_give_the_cores() -> None:
+    cfg = StreamConfig(spark_master="yarn", state_parallelism=12, driver_host="10.1.2.3", driver_bind_address="0.0.0.0")
+    conf = spark_conf(cfg)
+    assert (conf["spark.sql.shuffle.partitions"], conf["spark.driver.host"], conf["spark.driver.bindAddress"]) == (
+        "12", "10.1.2.3", "0.0.0.0")
+    counted = spark_conf(StreamConfig(spark_master="k8s://https://api:6443", spark_conf={
+        "spark.executor.instances": "4", "spark.executor.cores": "2"}))
+    assert counted["spark.sql.shuffle.partitions"] == "8"
+    unknown = spark_conf(StreamConfig(spark_master="yarn"))
+    assert "spark.sql.shuffle.partitions" not in unknown  # Spark's default parallelism, once the session runs
+    assert spark_conf(StreamConfig(spark_conf={"spark.sql.shuffle.partitions": "5"}))[
+        "spark.sql.shuffle.partitions"] == "5"
+
+
+@pytest.mark.parametrize(("checkpoint", "manager"), [
+    ("/var/lib/replmon/cp", FILESYSTEM_CHECKPOINT_MANAGER),
+    ("file:///var/lib/replmon/cp", FILESYSTEM_CHECKPOINT_MANAGER),
+    ("hdfs://nn/replmon", None),
+    ("viewfs://cluster/replmon", None),
+    ("s3a://bucket/replmon", ABORTABLE_CHECKPOINT_MANAGER),
+    ("abfss://c@a.dfs.core.windows.net/replmon", ABORTABLE_CHECKPOINT_MANAGER),
+    ("gs://bucket/replmon", ABORTABLE_CHECKPOINT_MANAGER),
+])
+def test_each_store_gets_the_checkpoint_manager_it_needs(checkpoint: str, manager: str | None) -> None:
+    conf = spark_conf(StreamConfig(checkpoint_dir=checkpoint))
+    assert conf.get(MANAGER) == manager
+    assert (HADOOP_CLOUD in conf["spark.jars.packages"]) is (manager == ABORTABLE_CHECKPOINT_MANAGER)
+
+
+def test_spark_submit_s_master_packages_and_conf_win_and_are_not_repeated() -> None:
+    submitted = {"spark.master": "spark://m:7077", "spark.app.name": "job.py", "spark.jars.packages": "x:y:1",
+                 "spark.sql.shuffle.partitions": "16", "spark.archives": "hdfs://nn/env.tar.gz#environment",
+                 "spark.executorEnv.PYTHONPATH": "environment/lib"}
+    conf = spark_conf(StreamConfig(), submitted=submitted, code_archive="/cache/code.zip")
+    assert not {"spark.master", "spark.app.name", "spark.jars.packages", "spark.jars.ivy",
+                "spark.sql.shuffle.partitions"} & set(conf)
+    assert "spark.driver.host" not in conf  # a cluster master: not loopback
+    assert conf["spark.archives"] == "hdfs://nn/env.tar.gz#environment,file:///cache/code.zip#replmon-code"
+    assert conf["spark.executorEnv.PYTHONPATH"] == "replmon-code:environment/lib"
+    local = spark_conf(StreamConfig(), submitted={"spark.master": "local[4]"})
+    assert local["spark.driver.host"] == "127.0.0.1" and local["spark.sql.shuffle.partitions"] == "4"
+
+
+@pytest.mark.parametrize(("master", "cores"), [("local", 1), ("local[2]", 2), ("local[3,2]", 3),
+                                               ("spark://h:7077", None), ("yarn", None)])
+def test_local_cores(master: str, cores: int | None) -> None:
+    assert local_cores(master) == cores
+
+
+def test_the_code_archive_holds_what_executors_import_and_is_rebuilt_only_when_the_code_changes(
+    tmp_path: Path,
+) -> None:
+    first = code_archive.build(tmp_path)
+    names = zipfile.ZipFile(first).namelist()
+    assert {"replmon/__init__.py", "replmon/contracts/events.py", "streaming/processor.py",
+            "streaming/worker_daemon.py"} <= set(names)
+    assert not [n for n in names if n.startswith(("replmon/cli/", "replmon/testbed/", "collectors/"))]
+    assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
+    assert code_archive.build(tmp_path) == first and len(list(tmp_path.iterdir())) == 1

@@ -1,0 +1,146 @@
+"""The job where a platform's Spark runs: a standalone master and two workers on loopback, each worker in a mount
+namespace of its own that hides the project's source tree and the driver's /tmp (replmon.testbed.sparkcluster),
+checkpoint and history on a real HDFS (replmon.testbed.hdfs). The code reaches the executors only through the
+archive the job ships; the driver starts under spark-submit with the command `replmon package` prints.
+
+Under producers and broker faults a worker is SIGKILLed mid-stream (its state tasks move to the other executor,
+which reads their state from HDFS), then the driver is SIGKILLed and started again with `replmon stream` and one
+state task for the one worker left (the state moves to a new query, streaming.reshard): every
+event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
+content, the gauges end where that run ends, and the history on HDFS holds the same events."""
+
+from __future__ import annotations
+
+import random
+import re
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_events, verify
+from replmon.cli.package import submit_command
+from replmon.core import locations
+from replmon.core.config import ReplmonConfig, StreamConfig, load_config
+from replmon.testbed.harness import Pipeline, spawn_stage
+from replmon.testbed.hdfs import MiniHdfs
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.sparkcluster import SPARK_HOME, StandaloneCluster
+from streaming import code_archive
+from streaming.buckets import BucketLayout
+from streaming.detect import DetectConfig
+from streaming.reshard import QueryLog
+from streaming.session import spark_conf
+from streaming.sinks import read_events
+from streaming.storage import HadoopDirectory
+from tests.pipeline import JOB_START_DEADLINE_S, TOPIC_PREFIX
+
+pytestmark = [pytest.mark.cluster, pytest.mark.spark, pytest.mark.hdfs]
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[StandaloneCluster]:
+    with StandaloneCluster(tmp_path / "spark", workers=2, cores=1, memory="1g") as cluster:
+        yield cluster
+
+
+def spark_submit(pipeline: Pipeline, master: str, work: Path) -> list[str]:
+    """The job's spark-submit command as `replmon package` prints it, with the master and the Ivy settings of
+    this machine's Maven mirror (what a site's spark-defaults.conf would hold)."""
+    archive = code_archive.build(work / "dist")
+    words = submit_command(archive, str(pipeline.config))
+    ivy = spark_conf(StreamConfig())
+    return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
+            "--conf", f"spark.jars.ivy={ivy['spark.jars.ivy']}",
+            "--conf", f"spark.jars.ivySettings={ivy['spark.jars.ivySettings']}", *words[1:]]
+
+
+@pytest.mark.timeout(1200)
+def test_the_job_on_a_standalone_cluster_with_hdfs_survives_a_worker_and_its_driver_killed(
+    standalone: StandaloneCluster, hdfs: MiniHdfs, spark: SparkSession, healthy_cluster: LocalCluster,
+    topic_name: str, tmp_path: Path,
+) -> None:
+    topics = {f"{TOPIC_PREFIX}{topic_name}-{b}": b for b in healthy_cluster.broker_ids}
+    view = KafkaView(healthy_cluster.bootstrap_servers)
+    try:
+        for topic, leader in topics.items():
+            view.create_topic(topic, assignment={0: [leader, *(b for b in healthy_cluster.broker_ids if b != leader)]})
+    finally:
+        view.close()
+    store = f"{hdfs.uri}/{topic_name}"
+    (tmp_path / "pipeline").mkdir()
+    pipeline = Pipeline(
+        tmp_path / "pipeline", healthy_cluster, healthy_cluster, include=[re.escape(t) for t in topics],
+        topic_names=f"deploy-{topic_name}", overrides={"stream": {
+            "spark_master": standalone.master_url, "checkpoint_dir": f"{store}/checkpoint",
+            "history_dir": f"{store}/history", "driver_host": "127.0.0.1", "driver_bind_address": "127.0.0.1",
+            # every worker is 127.0.0.1 here: without this Spark reads another executor's shuffle files from
+            # "the same host's" disk, which each worker's private /tmp hides (distinct hosts in a real cluster)
+            "spark_conf": {"spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
+                           "spark.shuffle.readHostLocalDisk": "false"}}})
+    config = load_config(pipeline.config)
+    python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}  # the executors' too
+    load = FaultLoad(healthy_cluster, topics, random.Random(22))
+    try:
+        pipeline.spawn("collect")
+        pipeline.procs["stream"] = spawn_stage(spark_submit(pipeline, standalone.master_url, tmp_path),
+                                               pipeline.log("stream"), env=python)
+        pipeline.wait_first_batch(JOB_START_DEADLINE_S)
+        wait_until(lambda: all(pipeline.metric("replmon_partition_isr_size", topic=t, partition="0") == 3
+                               for t in topics), JOB_START_DEADLINE_S, "the job to see the topics")
+        assert all(list(standalone.work_dir(i).glob("app-*/*/stderr")) for i in (0, 1)), "an executor on each worker"
+        load.start()
+        wait_until(lambda: sum(load.faults.values()) >= 1, 120, "a first broker fault")
+
+        standalone.kill_worker(0)  # mid-stream: its state task moves to worker 1, which reads its state from HDFS
+        after_kill = pipeline.batches()
+        faults = sum(load.faults.values())
+        wait_until(lambda: pipeline.batches() >= after_kill + 5 and sum(load.faults.values()) > faults, 240,
+                   "micro-batches and a broker fault on the surviving executor")
+
+        # the driver SIGKILLed, started again with the other entry on the checkpoint in HDFS, and one state task
+        # for the one worker left: the state moves to a new query (streaming.reshard)
+        pipeline.kill("stream")
+        pipeline.reconfigure("stream", {"stream": {"state_parallelism": 1}})
+        pipeline.wait_first_batch(JOB_START_DEADLINE_S)
+    except BaseException:
+        pipeline.stop()
+        raise
+    finally:
+        load.close()
+    try:
+        check_caught_up_and_stored(pipeline, spark, config, topics, tmp_path)
+    finally:
+        pipeline.stop()
+
+
+def check_caught_up_and_stored(pipeline: Pipeline, spark: SparkSession, config: ReplmonConfig,
+                               topics: dict[str, int], tmp_path: Path) -> None:
+    transport = pipeline.transport.bootstrap_servers
+    wait_until(lambda: healthy_sampled(transport, pipeline.samples_topic, topics), 120,
+               "samples of the healed, quiet partitions")
+    until = end_offsets(transport, pipeline.samples_topic)
+    result, gauges, ref = verify(transport, pipeline.samples_topic, pipeline.events_topic, pipeline.metrics_port,
+                                 DetectConfig.from_stream_config(config.stream), set(topics), until,
+                                 deadline_s=JOB_START_DEADLINE_S, ignore_stale=True)
+    actual = job_events(transport, pipeline.events_topic, ref, ignore_stale=True)
+    assert result.expected > 0 and result.by_type.get("ISR_SHRINK"), result.by_type
+    assert result.ok, result.describe(ref, actual)
+    assert not gauges, gauges
+
+    # everything the job keeps is on HDFS, nothing on the driver's disk
+    checkpoint = HadoopDirectory(spark, config.stream.checkpoint_dir)
+    assert checkpoint.exists("replmon-buckets.json") and checkpoint.is_dir("state/offsets")
+    moved = BucketLayout.model_validate_json(checkpoint.read_bytes("replmon-buckets-1.json") or b"")
+    assert (moved.query, moved.shuffle_partitions) == ("state-1", 1) and moved.resharded_from is not None
+    new_query = QueryLog(checkpoint, "state-1")
+    last = new_query.last_committed()
+    assert last is not None and new_query.tasks(last) == 1
+    assert not [p for p in tmp_path.rglob("*") if p.name in ("checkpoint", "history")]
+    history = read_events(config.stream.history_dir, spark)
+    assert not locations.is_local(config.stream.history_dir)
+    in_history = set(history["event_id"]) & set(ref.events)
+    assert in_history == set(ref.events), sorted(set(ref.events) - in_history)[:5]
