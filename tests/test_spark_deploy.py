@@ -106,6 +106,8 @@ def test_the_job_on_a_standalone_cluster_with_hdfs_survives_a_worker_and_its_dri
         pipeline.kill("stream")
         pipeline.reconfigure("stream", {"stream": {"state_parallelism": 1}})
         pipeline.wait_first_batch(JOB_START_DEADLINE_S)
+        # the gauges of every partition right after that first micro-batch (the backlog of the downtime)
+        assert all(pipeline.metric("replmon_partition_isr_size", topic=t, partition="0") for t in topics)
     except BaseException:
         pipeline.stop()
         raise
