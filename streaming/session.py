@@ -4,6 +4,7 @@ storage needs, and the project's own Python for the Python workers; in local mod
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from replmon.core.errors import ReplmonError
 from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
 from streaming import code_archive, pyspark_hooks
 from streaming.code_archive import ARCHIVE_ALIAS
+
+log = logging.getLogger(__name__)
 
 SPARK_VERSION = pyspark_hooks.PINNED_PYSPARK
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
@@ -125,8 +128,9 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
     """Every setting the job's session gets (pure: tested without Spark). ``submitted``: what spark-submit set
     (its master, packages and --conf), which win over replmon's and are not repeated; ``code_archive``: the
     archive of replmon's code to ship to the executors (off local mode)."""
-    local = cfg.local_master if submitted is None or "spark.master" not in submitted else (
-        local_cores(submitted["spark.master"]) is not None)
+    given = {**cfg.spark_conf, **(submitted or {})}  # what the operator set, over replmon's
+    master = given.get("spark.master", cfg.spark_master)
+    cores = local_cores(master)
     conf = {
         "spark.app.name": app_name,
         "spark.master": cfg.spark_master,
@@ -145,10 +149,9 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
         "spark.redaction.regex": REDACTION_REGEX,
         "spark.sql.redaction.options.regex": "(?i)url|" + REDACTION_REGEX.removeprefix("(?i)"),
     }
-    if local:  # everything on this host: nothing listens beyond loopback
+    if cores is not None:  # local mode, everything on this host: nothing listens beyond loopback
         conf["spark.driver.host"] = conf["spark.driver.bindAddress"] = "127.0.0.1"
-        conf["spark.default.parallelism"] = str(local_cores(submitted.get("spark.master", cfg.spark_master)
-                                                            if submitted else cfg.spark_master))
+        conf["spark.default.parallelism"] = str(cores)
     if cfg.driver_host is not None:
         conf["spark.driver.host"] = cfg.driver_host
     if cfg.driver_bind_address is not None:
@@ -167,16 +170,15 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
             conf["spark.jars.ivy"] = str(ivy)
             conf["spark.jars.ivySettings"] = str(settings)
             conf["spark.jars.packages"] = ",".join(packages)
-    parallelism = state_parallelism(cfg, {**conf, **cfg.spark_conf, **(submitted or {})})
+    parallelism = state_parallelism(cfg, {**conf, **given})
     if parallelism is not None:
         conf["spark.sql.shuffle.partitions"] = str(parallelism)
     conf.update(cfg.spark_conf)
-    shipped = f"#{ARCHIVE_ALIAS}" in (submitted or {}).get("spark.archives", "")  # spark-submit --archives
-    if code_archive is not None and not local and not shipped:
+    archives = given.get("spark.archives", "")
+    if code_archive is not None and cores is None and f"#{ARCHIVE_ALIAS}" not in archives:  # not shipped by hand
         ship = f"{locations.spark_uri(locations.normalize(code_archive))}#{ARCHIVE_ALIAS}"
-        archives = (submitted or {}).get("spark.archives") or conf.get("spark.archives")
         conf["spark.archives"] = f"{archives},{ship}" if archives else ship
-        path = (submitted or {}).get("spark.executorEnv.PYTHONPATH") or conf.get("spark.executorEnv.PYTHONPATH")
+        path = given.get("spark.executorEnv.PYTHONPATH")
         conf["spark.executorEnv.PYTHONPATH"] = f"{ARCHIVE_ALIAS}:{path}" if path else ARCHIVE_ALIAS
     if submitted:
         conf = {k: v for k, v in conf.items()
@@ -207,6 +209,12 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     elif cfg.code_archive != "none":
         archive = cfg.code_archive
     conf = spark_conf(cfg, app_name, submitted, archive)
+    master = {**conf, **(submitted or {})}.get("spark.master", cfg.spark_master)
+    local_paths = [p for p in (cfg.checkpoint_dir, cfg.history_dir) if locations.is_local(p)]
+    if local_cores(master) is None and local_paths:
+        log.warning("%s is a local path, but the executors run off this host (master %s): each must see it at the "
+                    "same path (a shared mount), or give a Hadoop filesystem URI (hdfs://, s3a://, ...; "
+                    "docs/deploy.md)", " and ".join(local_paths), master)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)

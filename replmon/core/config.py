@@ -253,10 +253,6 @@ class StreamConfig(_Section):
     executors' Python has replmon installed (the container image); or the path or URI of such a zip
     (`replmon package`)."""
 
-    @property
-    def local_master(self) -> bool:
-        return self.spark_master.startswith("local")
-
     @field_validator("checkpoint_dir", "history_dir", mode="before")
     @classmethod
     def _location(cls, value: Any) -> Any:
