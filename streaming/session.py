@@ -8,7 +8,6 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -225,16 +224,4 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     spark.sparkContext.setLogLevel("WARN")
     if "spark.sql.shuffle.partitions" not in {**conf, **(submitted or {})}:  # the cores the job has now
         spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
-    _require_kafka_source(spark)
     return spark
-
-
-def _require_kafka_source(spark: SparkSession) -> None:
-    """One clear line when Spark's Kafka source is not on the classpath (spark-submit without --packages)."""
-    jvm: Any = spark._jvm
-    try:
-        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
-            "kafka", spark._jsparkSession.sessionState().conf())
-    except Exception as exc:
-        raise ReplmonError(f"Spark's Kafka source is not on the classpath: start spark-submit with --packages "
-                           f"{KAFKA_CONNECTOR} (or --jars with it and its dependencies)") from exc

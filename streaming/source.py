@@ -4,9 +4,13 @@ executor needs the driver's files)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from pyspark.sql import DataFrame, SparkSession
 
 from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
+from streaming.session import KAFKA_CONNECTOR
 
 SOURCE_FETCH_MAX_WAIT_MS = 20
 """The Kafka source's consumers read offset ranges known to exist, in tasks; with the consumer's default (500
@@ -18,6 +22,7 @@ every micro-batch's read stage took ~0.5 s longer (measured: 6 read tasks of 8-5
 def kafka_source(spark: SparkSession, config: ReplmonConfig, starting_offsets: str | None = None) -> DataFrame:
     """``starting_offsets``: where a new query starts (JSON offsets; default ``stream.starting_offsets``); a query
     with a checkpoint resumes from it."""
+    _require_kafka_source(spark)
     stream = config.stream
     reader = (spark.readStream.format("kafka")
               .option("kafka.bootstrap.servers", ",".join(config.samples_bootstrap()))
@@ -30,3 +35,14 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig, starting_offsets: s
     if stream.max_offsets_per_trigger:
         reader = reader.option("maxOffsetsPerTrigger", str(stream.max_offsets_per_trigger))
     return reader.load()
+
+
+def _require_kafka_source(spark: SparkSession) -> None:
+    """One clear line when Spark's Kafka source is not on the classpath (spark-submit without --packages)."""
+    jvm: Any = spark._jvm
+    try:
+        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+            "kafka", spark._jsparkSession.sessionState().conf())
+    except Exception as exc:
+        raise ReplmonError(f"Spark's Kafka source is not on the classpath: start spark-submit with --packages "
+                           f"{KAFKA_CONNECTOR} (or --jars with it and its dependencies)") from exc

@@ -4,9 +4,12 @@ it."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from pyspark.sql import SparkSession
 
+from replmon.cli import main
 from replmon.core.errors import ReplmonError
 from replmon.testbed.hdfs import MiniHdfs
 from streaming.buckets import LAYOUT_FILE, resolve_layout
@@ -56,3 +59,13 @@ def test_the_history_on_hdfs_is_written_by_spark_and_read_back_once_per_event(
     assert partitions[1]["follower_lag"] == dict(rows.loc[1, "follower_lag"])
     with pytest.raises(ValueError, match="takes a Spark session"):
         HistoryWriter(location)
+
+
+
+def test_replmon_events_reads_a_history_on_hdfs(hdfs: MiniHdfs, spark: SparkSession, topic_name: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    location = f"{hdfs.uri}/{topic_name}/history"
+    HistoryWriter(location, spark).write_events([EVENT, {**EVENT, "event_id": "e2", "type": "ISR_EXPAND"}], 1)
+    assert main(["events", "--history-dir", location, "--json", "--type", "isr_expand"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["event_id"] == "e2"
