@@ -98,7 +98,7 @@ def test_the_job_on_a_standalone_cluster_with_hdfs_survives_a_worker_and_its_dri
         standalone.kill_worker(0)  # mid-stream: its state task moves to worker 1, which reads its state from HDFS
         after_kill = pipeline.batches()
         faults = sum(load.faults.values())
-        wait_until(lambda: pipeline.batches() >= after_kill + 5 and sum(load.faults.values()) > faults, 240,
+        wait_until(lambda: pipeline.batches() >= after_kill + 3 and sum(load.faults.values()) > faults, 240,
                    "micro-batches and a broker fault on the surviving executor")
 
         # the driver SIGKILLed, started again with the other entry on the checkpoint in HDFS, and one state task
