@@ -73,8 +73,11 @@ if [ -n "$venv" ]; then
   mount --bind "$venv" "$stage/sparkcluster/venv"
 fi
 mount --move "$stage" /tmp
-# the source tree goes under an empty tmpfs, and the venv back in its place
-mount -t tmpfs -o mode=755 sparkcluster-src "$root"
+# the source tree goes under an empty tmpfs (a tree under the host's /tmp is already gone with it), and the venv
+# back in its place
+if [ -d "$root" ]; then
+  mount -t tmpfs -o mode=755 sparkcluster-src "$root"
+fi
 if [ -n "$venv" ]; then
   mkdir -p "$venv"
   mount --bind /tmp/sparkcluster/venv "$venv"
@@ -89,6 +92,8 @@ the arguments: a mount point for staging (an empty folder of the worker's, on th
 the worker's work dir on the host, the venv to keep (empty when it is not inside the source tree), then the
 command to ``exec``. The tmpfs of the private /tmp is staged elsewhere and moved onto /tmp at once, since once
 /tmp is covered neither the work dir nor the staging point (both may be under the host's /tmp) can be reached.
+A source tree under the host's /tmp (a CI checkout) is hidden by the move itself; its venv is mounted back at
+its path inside the private /tmp.
 ``cd /`` leaves no handle on the hidden tree: a process whose working directory is inside it would still reach
 it by relative paths."""
 
