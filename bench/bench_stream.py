@@ -549,12 +549,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         # 1. backlog
         started = time.monotonic()
-        run_ = start_producer(work, bootstrap, "backlog", args.partitions, 0, cycles=args.backlog_cycles,
-                              churn=args.churn)
-        producers.append(run_)
-        sent, seconds, _ = run_.wait(timeout_s=600)
-        backlog = topic_end(bootstrap)
-        check_topic_records(bootstrap)
+        sent, seconds, backlog = fill_backlog(work, bootstrap, args.partitions, args.backlog_cycles, args.churn,
+                                              producers)
         results["backlog"] = backlog
         print(f"backlog: {sent:,} samples produced in {seconds:.1f}s ({sent / seconds:,.0f}/s); topic holds "
               f"{backlog:,}", flush=True)
@@ -923,6 +919,29 @@ def spark_setting(text: str) -> tuple[str, str]:
     return key, value
 
 
+def fill_backlog(work: Path, bootstrap: str, partitions: int, cycles: int, churn: int,
+                 producers: list[Any]) -> tuple[int, float, int]:
+    """``cycles`` cycles of ``partitions`` samples written to the samples topic by the producer JVM (added to
+    ``producers``, for the caller to stop); returns the samples sent, the seconds it took and the topic's end,
+    the records checked."""
+    producer = start_producer(work, bootstrap, "backlog", partitions, 0, cycles=cycles, churn=churn)
+    producers.append(producer)
+    sent, seconds, _ = producer.wait(timeout_s=600)
+    backlog = topic_end(bootstrap)
+    check_topic_records(bootstrap)
+    return sent, seconds, backlog
+
+
+def job_arguments(parser: argparse.ArgumentParser, backlog_batch_help: str) -> None:
+    """The options of the job's runs that bench_stream and bench_cluster share."""
+    parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument("--churn", type=int, default=1, help="per mille of partitions with a shrunk ISR per cycle")
+    parser.add_argument("--warmup-timeout", type=float, default=240,
+                        help="seconds at most for the first batches of each run (not measured)")
+    parser.add_argument("--backlog-batch", type=int, default=20_000, help=backlog_batch_help)
+    parser.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100_000)
@@ -935,20 +954,14 @@ def main() -> int:
     parser.add_argument("--kept-duration", type=float, default=60, help="seconds of the kept-rate phase (0: none)")
     parser.add_argument("--backlog-cycles", type=int, default=10)
     parser.add_argument("--heap-partitions", type=int, default=300_000)
-    parser.add_argument("--trigger", type=float, default=2.0)
     parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
                         help="stream.state_buckets of the job")
-    parser.add_argument("--churn", type=int, default=1, help="per mille of partitions with a shrunk ISR per cycle")
     parser.add_argument("--drain", type=float, default=30, help="seconds to wait for the job after the live phase")
     parser.add_argument("--phase-timeout", type=float, default=75,
                         help="seconds at most for the baseline and for the job on the backlog")
     parser.add_argument("--memory-timeout", type=float, default=180, help="seconds at most for the memory phase")
-    parser.add_argument("--warmup-timeout", type=float, default=240,
-                        help="seconds at most for the first batches of the baseline and of the job (not measured)")
-    parser.add_argument("--backlog-batch", type=int, default=20_000,
-                        help="maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
+    job_arguments(parser, "maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
-    parser.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
     parser.add_argument("--spark-conf", type=spark_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting over the job's (stream.spark_conf), for A/B runs; repeatable")
     args = parser.parse_args()
