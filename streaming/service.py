@@ -4,12 +4,17 @@ resolved the configuration; a failed query restarts from its checkpoint."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.processes import interrupt_on_sigterm, stop_signalled
+
+if TYPE_CHECKING:
+    from streaming.job import RunningJob
 
 err = Console(stderr=True, highlight=False)
 
@@ -18,13 +23,13 @@ MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 
 
-def run_job_until_stopped(config: ReplmonConfig) -> int:
+def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJob], None] | None = None) -> int:
     """Run the job until SIGTERM or SIGINT (from the main thread), then stop it between two micro-batches
     (:meth:`~streaming.job.RunningJob.stop`). A signal only sets a flag the wait checks every second: raised as an
     exception, it would cut a Py4J call in the middle (an ERROR and a traceback in the log at every stop). A query
     that fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
     checkpoint, with the same metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job
-    with an error."""
+    with an error. ``on_started`` is called with the job once it first runs (``replmon run``'s summary)."""
     from replmon.core import redact
     from replmon.core.security import Role, check_access
     from streaming.exporter import JobExporter
@@ -44,6 +49,9 @@ def run_job_until_stopped(config: ReplmonConfig) -> int:
                           f"{','.join(config.samples_bootstrap())}, metrics on "
                           f"http://{config.stream.metrics_host}:{job.port}/metrics")
                 try:
+                    if on_started is not None:
+                        on_started(job)
+                        on_started = None
                     job.await_any(stop=stop)
                     if stop.is_set():
                         err.print("replmon stream: stopping")

@@ -100,6 +100,28 @@ def test_run_tells_its_children_which_local_cluster_to_watch() -> None:
     assert all("--cluster-dir" not in c for c in children(Path("c.yaml"), config, None))
 
 
+def test_run_passes_the_collectors_output_through_and_reads_its_endpoint(
+    capfdbinary: pytest.CaptureFixture[bytes]
+) -> None:
+    """`replmon run` copies the collector's standard error to its own as it comes, and learns from it where the
+    collector serves (its port 0 resolved) for the summary."""
+    import os
+
+    from replmon.cli.run import StderrTee
+
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as stream:
+        tee = StderrTee(stream)
+        os.write(write_end, b"a line before\nreplmon collect: metrics on http://127.0.0.1:40123/metrics\n")
+        assert tee.found.wait(10)
+        os.write(write_end, b"a line after\n")
+        os.close(write_end)
+        tee.join(10)
+    assert tee.endpoint == "http://127.0.0.1:40123/metrics"
+    assert capfdbinary.readouterr().err == (b"a line before\nreplmon collect: metrics on "
+                                           b"http://127.0.0.1:40123/metrics\na line after\n")
+
+
 def test_package_builds_the_code_archive_and_prints_the_spark_submit_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -3,6 +3,7 @@ broker that is down; SIGTERM takes every child with it."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -18,9 +19,13 @@ import yaml
 from replmon.testbed.harness import read_topic
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
-from replmon.testbed.localcluster.cluster import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
+
+
+SUMMARY = re.compile(r"replmon run: watching local \([^)]*\); "
+                     r"collector (?P<collector>http://127\.0\.0\.1:\d+/metrics); "
+                     r"job (?P<job>http://127\.0\.0\.1:\d+/metrics); events in .*")
 
 
 def samples(transport: LocalCluster, topic: str) -> list[dict[str, Any]]:
@@ -45,17 +50,16 @@ def transport(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster
 def test_run_starts_collector_agents_and_job_and_stops_them_all(
     healthy_cluster: LocalCluster, transport: LocalCluster, tmp_path: Path
 ) -> None:
-    port = free_port()
     config = tmp_path / "replmon.yaml"
     config.write_text(yaml.safe_dump({
         "clusters": [{"name": "local", "bootstrap_servers": healthy_cluster.bootstrap_servers.split(","),
                       "topics": {"include": ["run-.*"]},
                       "log_dirs": {b: [str(healthy_cluster.broker_log_dir(b))] for b in healthy_cluster.broker_ids}}],
-        "collector": {"interval_s": 1.0, "metrics_port": free_port()},
+        "collector": {"interval_s": 1.0, "metrics_port": 0},
         "transport": {"bootstrap_servers": transport.bootstrap_servers.split(","), "samples_topic": "run.samples",
                       "events_topic": "run.events", "quarantine_topic": "run.quarantine"},
         "stream": {"trigger_interval_s": 1.0, "checkpoint_dir": str(tmp_path / "cp"),
-                   "history_dir": str(tmp_path / "history"), "metrics_port": port, "state_buckets": 4},
+                   "history_dir": str(tmp_path / "history"), "metrics_port": 0, "state_buckets": 4},
     }))
     from replmon.testbed.kafka_view import KafkaView
 
@@ -66,8 +70,18 @@ def test_run_starts_collector_agents_and_job_and_stops_them_all(
     run = subprocess.Popen([sys.executable, "-m", "replmon.cli", "run", "--config", str(config)],
                            stdout=log, stderr=subprocess.STDOUT)
     try:
-        wait_until(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).status == 200,
-                   240, "the job's /metrics")
+        # port 0: each picks a free port, and run's summary says which
+        def summary() -> re.Match[str] | None:
+            log.flush()
+            return SUMMARY.search((tmp_path / "run.log").read_text(errors="replace"))
+
+        wait_until(summary, 240, "run's summary")
+        found = summary()
+        assert found is not None
+        for url in found.group("collector", "job"):
+            assert urllib.request.urlopen(url, timeout=5).status == 200, url
+        assert found.group("job") != found.group("collector")
+        assert "run.events" in found.group(0) and str(tmp_path / "history") in found.group(0)
         kids = replmon_children_of(run.pid)
         assert len(kids) == 1 + len(healthy_cluster.broker_ids)  # the collector and an agent per broker
 

@@ -3,8 +3,12 @@ with no cluster configured, the local cluster, started when it is not running.""
 
 from __future__ import annotations
 
+import re
 import subprocess
+import sys
+import threading
 from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from rich.console import Console
 
@@ -15,7 +19,54 @@ from replmon.testbed.harness import spawn_stage, stage_command
 from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
 from streaming.service import run_job_until_stopped
 
+if TYPE_CHECKING:
+    from streaming.job import RunningJob
+
 err = Console(stderr=True, highlight=False)
+
+COLLECTOR_ENDPOINT = re.compile(r"replmon collect: metrics on (\S+)")
+ENDPOINT_WAIT_S = 30.0
+"""How long the summary waits for the collector to say where it serves (it starts in a second or two, the job in
+ten or more)."""
+
+
+class StderrTee:
+    """A child's standard error, copied line by line to ours as it comes, watched for the collector's endpoint
+    (``replmon collect: metrics on URL``, which says which port 0 picked)."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.endpoint: str | None = None
+        self.found = threading.Event()
+        self._thread = threading.Thread(target=self._copy, args=(stream,), name="replmon-run-stderr", daemon=True)
+        self._thread.start()
+
+    def _copy(self, stream: IO[bytes]) -> None:
+        try:
+            for line in iter(stream.readline, b""):
+                sys.stderr.buffer.write(line)
+                sys.stderr.buffer.flush()
+                if self.endpoint is None:
+                    match = COLLECTOR_ENDPOINT.search(line.decode(errors="replace"))
+                    if match:
+                        self.endpoint = match.group(1)
+                        self.found.set()
+        finally:
+            self.found.set()  # the child ended: nothing more to wait for
+
+    def join(self, timeout_s: float) -> None:
+        """Wait until the child's standard error has ended and every line of it is copied."""
+        self._thread.join(timeout_s)
+
+
+def summary(config: ReplmonConfig, job: RunningJob, collector_endpoint: str | None) -> str:
+    """What ``replmon run`` started and where to look: the endpoints actually served (port 0 resolved), the
+    topics and the history."""
+    clusters = ", ".join(f"{c.name} ({','.join(c.bootstrap_servers)})" for c in config.clusters)
+    collector = collector_endpoint or ("metrics off" if config.collector.metrics_port is None
+                                       else "metrics endpoint not reported")
+    return (f"replmon run: watching {clusters}; collector {collector}; job "
+            f"http://{config.stream.metrics_host}:{job.port}/metrics; events in {config.transport.events_topic} "
+            f"and {config.stream.history_dir}; Ctrl-C stops everything")
 
 
 def children(config_path: Path | None, config: ReplmonConfig, cluster_dir: Path | None = None) -> list[list[str]]:
@@ -40,10 +91,19 @@ def run(config_path: Path | None, cluster_dir: Path | None = None) -> int:
             local = None if base.clusters else resolve_cluster_dir(cluster_dir)
             config = with_default_cluster(ensure_local_cluster(base, local), local)
             commands = children(config_path, config, local)
-            procs = [spawn_stage(cmd, new_session=True) for cmd in commands]
+            # the collector's standard error passes through a tee that reads its endpoint for the summary
+            procs = [spawn_stage(cmd, new_session=True, pipe_stderr=i == 0) for i, cmd in enumerate(commands)]
+            assert procs[0].stderr is not None
+            tee = StderrTee(procs[0].stderr)
             for cmd, proc in zip(commands, procs, strict=True):  # each prints its own endpoints as it starts
                 err.print(f"replmon run: started {' '.join(cmd[3:])} (pid {proc.pid})", markup=False, soft_wrap=True)
-            return run_job_until_stopped(config)
+
+            def started(job: RunningJob) -> None:
+                if config.collector.metrics_port is not None:
+                    tee.found.wait(ENDPOINT_WAIT_S)
+                err.print(summary(config, job, tee.endpoint), markup=False, soft_wrap=True)
+
+            return run_job_until_stopped(config, on_started=started)
         except KeyboardInterrupt:
             return 0
         finally:

@@ -105,14 +105,17 @@ def stage_command(stage: str, config: Path | None, *args: str) -> list[str]:
 
 
 def spawn_stage(command: Sequence[str], log: Path | None = None, *, new_session: bool = False,
-                cwd: Path | None = None, env: Mapping[str, str] | None = None) -> subprocess.Popen[bytes]:
+                cwd: Path | None = None, env: Mapping[str, str] | None = None,
+                pipe_stderr: bool = False) -> subprocess.Popen[bytes]:
     """Start ``command`` with its output appended to ``log`` (inherited when None), unbuffered; it is SIGKILLed
     when the thread that started it dies, so that a crashed parent leaves nothing running. ``new_session`` keeps
     a Ctrl-C in the terminal from reaching it: its parent decides when it stops. ``env``: variables over this
-    process's environment."""
+    process's environment. ``pipe_stderr`` (with no ``log``): its standard error on a pipe, for the caller to
+    read."""
     with contextlib.ExitStack() as stack:
         out = stack.enter_context(log.open("ab")) if log is not None else None
-        return subprocess.Popen(list(command), stdout=out, stderr=subprocess.STDOUT if out is not None else None,
+        stderr = subprocess.STDOUT if out is not None else subprocess.PIPE if pipe_stderr else None
+        return subprocess.Popen(list(command), stdout=out, stderr=stderr,
                                 stdin=subprocess.DEVNULL, start_new_session=new_session, cwd=cwd,
                                 preexec_fn=die_with_parent,
                                 env={**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"})
