@@ -2,8 +2,8 @@
 event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
 content, and the gauges end where that run ends. The code of bench/reliability.py (20 cycles, its figures in
 docs/reliability.md), here for 2 kills on the suite's pipeline: one while the job processes, under broker
-faults, one during its start-up. A broker fault is caused and healed while the job is down: the events it gives
-must come from the samples the job reads after its restart."""
+faults, one during its start-up. A broker fault, under way at the first kill, heals while the job is down: the
+events of what happened meanwhile must come from the samples the job reads after its restart."""
 
 from __future__ import annotations
 
@@ -38,11 +38,12 @@ def test_killed_job_loses_duplicates_and_corrupts_nothing(
                JOB_START_DEADLINE_S, "the job to see the new topics")
 
     rng = random.Random(6)
-    load = FaultLoad(healthy_cluster, topics, rng).start()
     job = PipelineJob(pipeline)
+    loaded = job.batches()
+    load = FaultLoad(healthy_cluster, topics, rng).start()
     try:
-        wait_until(lambda: sum(load.faults.values()) >= 1, 120, "a first broker fault")
-        job.kill()  # while processing, under load
+        wait_until(lambda: job.batches() >= loaded + 2, 120, "micro-batches under the load")
+        job.kill()  # while processing, under load, its first broker fault under way
         down_at = sum(load.faults.values())
         wait_until(lambda: sum(load.faults.values()) > down_at, 120, "a broker fault while the job is down")
         cycles = kill_cycles(job, 1, rng, job.batches, plan=[True])  # then during start-up; restarted after
