@@ -19,7 +19,7 @@ from pyspark.sql.streaming import StreamingQuery
 from replmon.core.config import ReplmonConfig
 from streaming.exporter import JobExporter
 from streaming.parse import quarantined_records
-from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE
+from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, NOT_METRICS
 from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
 from streaming.silence import collapse_stale, compact_json
 from streaming.sinks import EventsPublisher, HistoryWriter
@@ -37,7 +37,9 @@ class JobStats:
 
 
 class StateBatchHandler:
-    """foreachBatch of the state query: one collect, then events, metrics and history from the driver."""
+    """foreachBatch of the state query: one collect, then events, metrics and history from the driver; with a
+    history off the local disk, its partition snapshots written by the executors from the micro-batch, held in
+    their memory for the two uses (computed once: the state is applied once)."""
 
     def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
                  spark: SparkSession | None = None) -> None:
@@ -49,7 +51,14 @@ class StateBatchHandler:
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.gate.batch(batch_id):
-            self.handle(batch, batch_id)
+            if not self.history.distributed:
+                self.handle(batch, batch_id)
+                return
+            batch.persist()
+            try:
+                self.handle(batch, batch_id)
+            finally:
+                batch.unpersist()
 
     def handle(self, batch: DataFrame, batch_id: int) -> None:
         out: pd.DataFrame = batch.toPandas()
@@ -66,9 +75,9 @@ class StateBatchHandler:
         decoded = [json.loads(p) for p in written]
         self.exporter.count_events(decoded)
         if not partitions.empty:
-            self.exporter.update_partitions(partitions.drop(columns=["kind", "event_id", "event_type", "payload"]))
+            self.exporter.update_partitions(partitions.drop(columns=list(NOT_METRICS)))
         self.history.write_events(all_events, batch_id)
-        self.history.write_partitions(partitions, batch_id)
+        self.history.write_partitions(partitions, batch_id, batch)
         now = time.time()
         self.exporter.count("replmon_job_batches_total", ())
         self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)

@@ -172,10 +172,19 @@ def _spark_type(annotation: Any) -> DataType:
     raise TypeError(f"no Spark type for {annotation!r}")
 
 
+ROW_TAIL = StructType([
+    StructField("history", BooleanType(), True),  # a partition row that goes into the history (history_due)
+])
+"""After the metrics: whether a partition row is a history snapshot."""
+
 OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     StructField(name, _spark_type(annotation), True)
-    for name, annotation in typing.get_type_hints(PartitionMetrics).items() if name not in ROW_HEAD.fieldNames()])
-"""The processor's output rows: :data:`ROW_HEAD`, then the fields of :class:`~streaming.detect.PartitionMetrics`."""
+    for name, annotation in typing.get_type_hints(PartitionMetrics).items() if name not in ROW_HEAD.fieldNames()]
+    + list(ROW_TAIL.fields))
+"""The processor's output rows: :data:`ROW_HEAD`, the fields of :class:`~streaming.detect.PartitionMetrics`, then
+:data:`ROW_TAIL`."""
+NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history")
+"""The output columns that are not a partition's metrics (the exporter's table and the history leave them out)."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 
 
@@ -185,10 +194,34 @@ def event_row(event: Event) -> dict[str, Any]:
             "payload": event.model_dump_json()}
 
 
-def partition_row(m: PartitionMetrics) -> dict[str, Any]:
-    """A KIND_PARTITION output row: the metrics' fields, as Arrow takes them."""
+HISTORY_INTERVAL_MS = 60_000
+"""A partition whose state does not change gets a history snapshot once per minute of sample time."""
+
+
+def _history_signature(state: PartitionState) -> tuple[Any, ...]:
+    """What a history snapshot is taken on a change of: leadership, membership, and the conditions the metrics'
+    health derives from (offsets excepted: they move with every sample)."""
+    m = state.meta
+    return (m.leader, m.leader_epoch, m.isr, m.replicas, m.min_insync_replicas, m.offline, m.under_min_isr,
+            state.stale, state.hw_stalled)
+
+
+def history_due(before: PartitionState | None, after: PartitionState) -> bool:
+    """Whether the partition's row after a sample is a history snapshot: its first sample, a change of what
+    :func:`_history_signature` holds, or the first sample of a new minute (sample time, UTC). Decided from the
+    state alone, so a replayed micro-batch chooses the same snapshots, wherever it runs."""
+    if before is None or before.sample_time_ms < 0:
+        return True
+    if after.sample_time_ms // HISTORY_INTERVAL_MS != before.sample_time_ms // HISTORY_INTERVAL_MS:
+        return True
+    return _history_signature(after) != _history_signature(before)
+
+
+def partition_row(m: PartitionMetrics, history: bool = True) -> dict[str, Any]:
+    """A KIND_PARTITION output row: the metrics' fields, as Arrow takes them; ``history``: a history snapshot."""
     row: dict[str, Any] = m._asdict()
-    row.update(kind=KIND_PARTITION, health=int(m.health), isr=list(m.isr), replicas=list(m.replicas),
+    row.update(kind=KIND_PARTITION, history=history, health=int(m.health), isr=list(m.isr),
+               replicas=list(m.replicas),
                elr=list(m.elr), last_known_elr=list(m.last_known_elr),
                follower_lag={b: lag for b, lag in m.follower_lag.items() if lag is not None},
                follower_time_lag_ms={b: lag for b, lag in m.follower_time_lag_ms.items() if lag is not None})
@@ -209,12 +242,14 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change and 'b' broker change of the metadata
     log, :data:`QUARANTINED`), ``sample`` (its JSON),
     ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: the quarantined records, every
-    event, and the newest metrics of each partition that got a partition sample."""
+    event, and the newest metrics of each partition that got a partition sample or a change from the metadata log,
+    a history snapshot when any of its steps called for one (:func:`history_due`; a metadata-log change always)."""
     bad = samples["kind"] == QUARANTINED
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
     ordered = samples[~bad].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
+    snapshot: set[PartitionKey] = set()
     table = table.copy()
     loads = from_json
     for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
@@ -234,17 +269,20 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
         before = prev if isinstance(prev, PartitionState) else None
         if kind == "p":
             state, events, newest[key] = step_dict(before, s, cfg, now_ms)
+            if history_due(before, state):
+                snapshot.add(key)
         elif kind == "m":
             changed, events = step_partition_change(before, s, cfg, now_ms)
             if changed is None or changed is before:
                 continue
             state = changed
             newest[key] = metrics_of(changed)  # the ISR or leader may have changed: the metrics show it at once
+            snapshot.add(key)
         else:  # a replica sample changes nothing the metrics show
             state, events = step_replica(before, s, cfg, now_ms)
         table[key] = state
         rows.extend(event_row(e) for e in events)
-    rows.extend(partition_row(metrics) for metrics in newest.values())
+    rows.extend(partition_row(metrics, key in snapshot) for key, metrics in newest.items())
     return table, rows
 
 

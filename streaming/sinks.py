@@ -22,7 +22,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from replmon.core import locations
@@ -154,9 +154,7 @@ class EventsPublisher:
             self.producer.close(timeout=5)
 
 
-HISTORY_SNAPSHOT_INTERVAL_MS = 60_000
-SNAPSHOT_SIGNATURE = ["leader", "leader_epoch", "isr_size", "health", "offline", "under_min_isr", "stale",
-                      "hw_stalled"]
+DAY_MS = 86_400_000
 
 
 def _arrow_schema(spark_struct: Any, drop: tuple[str, ...] = ()) -> pa.Schema:
@@ -170,25 +168,30 @@ def _arrow_schema(spark_struct: Any, drop: tuple[str, ...] = ()) -> pa.Schema:
 
 class HistoryWriter:
     """Parquet history under ``stream.history_dir``: ``events/`` and ``partitions/``, partitioned by cluster
-    and date (UTC). Partition snapshots are written when something but offsets changed, else once a minute.
+    and date (UTC). The partition snapshots are the rows the processor marked (``history``: a change of more than
+    offsets, else once a minute; :func:`streaming.processor.history_due`), so the choice is the same wherever and
+    however often a micro-batch runs.
 
-    A local directory is written by Arrow, its files named after the micro-batch (a replayed batch overwrites its
-    own). Any other location (HDFS, an object store) is written by Spark's Parquet writer on the executors, which
-    reach it with the cluster's Hadoop configuration; a replayed batch appends its files again there, and readers
-    de-duplicate (events by id, :func:`read_events`)."""
+    A local directory is written by Arrow from the driver's rows, its files named after the micro-batch (a replayed
+    batch overwrites its own). Any other location (HDFS, an object store) is written by Spark's Parquet writer,
+    which reaches it with the cluster's Hadoop configuration: the partition snapshots straight from the
+    micro-batch's output on the executors (they never pass through the driver), the events (few, decided on the
+    driver) from the driver's rows. A replayed batch appends its files again there; readers de-duplicate (events by
+    id, :func:`read_events`; snapshots by partition and sample time)."""
 
     def __init__(self, location: str | Path, spark: SparkSession | None = None) -> None:
         from replmon.contracts.events import Event
-        from streaming.processor import OUTPUT_SCHEMA
+        from streaming.processor import NOT_METRICS, OUTPUT_SCHEMA
         from streaming.schema import spark_schema
 
         self.location = locations.normalize(location)
         self.spark = spark
-        if not locations.is_local(self.location) and spark is None:
+        self.distributed = not locations.is_local(self.location)
+        """Written by Spark's writer (the executors); else by Arrow on the driver."""
+        if self.distributed and spark is None:
             raise ValueError(f"writing the history to {self.location} takes a Spark session")
-        self._last: dict[tuple[str, str, int], tuple[Any, ...]] = {}
         self.event_schema = _arrow_schema(spark_schema(Event))
-        self.partition_schema = _arrow_schema(OUTPUT_SCHEMA, drop=("kind", "event_id", "event_type", "payload"))
+        self.partition_schema = _arrow_schema(OUTPUT_SCHEMA, drop=NOT_METRICS)
 
     def _write(self, table: pa.Table, kind: str, batch_id: int, times_ms: list[int]) -> None:
         if table.num_rows == 0:
@@ -196,7 +199,8 @@ class HistoryWriter:
         dates = [datetime.fromtimestamp(t / 1000, tz=UTC).strftime("%Y-%m-%d") for t in times_ms]
         table = table.append_column("date", pa.array(dates, pa.string()))
         target = locations.join(self.location, kind)
-        if self.spark is not None and not locations.is_local(self.location):
+        if self.distributed:
+            assert self.spark is not None
             frame = self.spark.createDataFrame(table)  # from Arrow, its schema kept
             frame.write.mode("append").partitionBy("cluster", "date").parquet(target)
             return
@@ -209,26 +213,36 @@ class HistoryWriter:
             table = pa.Table.from_pylist(events, schema=self.event_schema)
             self._write(table, "events", batch_id, [e["event_time_ms"] for e in events])
 
-    def write_partitions(self, rows: pd.DataFrame, batch_id: int) -> None:
+    def write_partitions(self, rows: pd.DataFrame, batch_id: int, batch: DataFrame | None = None) -> None:
+        """The snapshots among a micro-batch's partition rows: from ``rows`` (the driver's) into a local history,
+        from ``batch`` (the micro-batch's output, on the executors) into any other."""
+        if self.distributed:
+            if batch is None:
+                raise ValueError(f"writing the history to {self.location} takes the micro-batch's DataFrame")
+            self._write_distributed(batch)
+            return
         if rows.empty:
             return
-        keys = zip(rows["cluster"].tolist(), rows["topic"].tolist(), rows["partition"].astype("int64").tolist(),
-                   strict=True)
-        signatures = zip(*(rows[c].tolist() for c in SNAPSHOT_SIGNATURE), strict=True)
-        keep = []
-        times = rows["sample_time_ms"].tolist()
-        for i, (key, time_ms, signature) in enumerate(zip(keys, times, signatures, strict=True)):
-            last = self._last.get(key)
-            if last is None or time_ms - last[0] >= HISTORY_SNAPSHOT_INTERVAL_MS or last[1:] != signature:
-                self._last[key] = (time_ms, *signature)
-                keep.append(i)
-        if keep:
-            chosen = rows.iloc[keep]
-            columns = chosen[self.partition_schema.names].copy()
-            columns["follower_lag"] = [lag if isinstance(lag, dict) else {} for lag in columns["follower_lag"]]
-            # straight from the frame (not via records: 3x slower): Arrow takes a float column's NaN as null
-            table = pa.Table.from_pandas(columns, schema=self.partition_schema, preserve_index=False)
-            self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
+        chosen = rows[rows["history"].eq(True).to_numpy()]
+        if chosen.empty:
+            return
+        columns = chosen[self.partition_schema.names].copy()
+        columns["follower_lag"] = [lag if isinstance(lag, dict) else {} for lag in columns["follower_lag"]]
+        # straight from the frame (not via records: 3x slower): Arrow takes a float column's NaN as null
+        table = pa.Table.from_pandas(columns, schema=self.partition_schema, preserve_index=False)
+        self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
+
+    def _write_distributed(self, batch: DataFrame) -> None:
+        from pyspark.sql import functions as F
+
+        from streaming.processor import KIND_PARTITION
+
+        # the UTC date of the sample time, whatever the session's time zone
+        date = F.date_add(F.lit("1970-01-01").cast("date"),
+                          F.floor(F.col("sample_time_ms") / DAY_MS).cast("int")).cast("string")
+        chosen = batch.filter((F.col("kind") == KIND_PARTITION) & F.col("history"))
+        (chosen.select(*self.partition_schema.names, date.alias("date"))
+         .write.mode("append").partitionBy("cluster", "date").parquet(locations.join(self.location, "partitions")))
 
 
 def read_events(location: str | Path, spark: SparkSession | None = None) -> pd.DataFrame:

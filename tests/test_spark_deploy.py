@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_events, verify
 from replmon.cli.package import submit_command
@@ -156,3 +157,10 @@ def check_caught_up_and_stored(pipeline: Pipeline, spark: SparkSession, config: 
     assert not locations.is_local(config.stream.history_dir)
     in_history = set(history["event_id"]) & set(ref.events)
     assert in_history == set(ref.events), sorted(set(ref.events) - in_history)[:5]
+    # the partition snapshots, written by the executors from the micro-batches: every topic's, each of its leaders
+    snapshots = (spark.read.parquet(locations.join(config.stream.history_dir, "partitions"))
+                 .filter(F.col("topic").isin(list(topics))).select("topic", "leader", "leader_epoch").toPandas())
+    assert set(snapshots["topic"]) == set(topics)
+    leaders = {(e["topic"], e["leader_epoch"]) for e in ref.events.values() if e["type"] == "LEADER_CHANGE"}
+    snapshotted = set(zip(snapshots["topic"], snapshots["leader_epoch"], strict=True))
+    assert leaders <= snapshotted, sorted(leaders - snapshotted)

@@ -13,6 +13,7 @@ from replmon.cli import main
 from replmon.core.errors import ReplmonError
 from replmon.testbed.hdfs import MiniHdfs
 from streaming.buckets import LAYOUT_FILE, resolve_layout
+from streaming.processor import KIND_PARTITION, OUTPUT_COLUMNS, OUTPUT_SCHEMA
 from streaming.sinks import HistoryWriter, read_events
 from streaming.storage import HadoopDirectory
 from tests.test_stream_driver import metrics_rows
@@ -51,12 +52,21 @@ def test_the_history_on_hdfs_is_written_by_spark_and_read_back_once_per_event(
     events = read_events(location, spark)
     assert list(events["event_id"]) == ["e1", "e2"] and list(events["brokers"][0]) == [3]
     assert set(events["date"]) == {"2023-11-14"}
-    rows = metrics_rows(3, unhealthy={1})
-    writer.write_partitions(rows, batch_id=1)
+    # the partition snapshots: from the micro-batch's output as Spark holds it (not from the driver's rows), the
+    # rows the processor marked only
+    rows = metrics_rows(4, unhealthy={1}).assign(history=[True, True, False, True], sample_time_ms=1_700_000_000_000)
+    output = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None)[OUTPUT_COLUMNS]
+    batch = spark.createDataFrame(output, schema=OUTPUT_SCHEMA)
+    with pytest.raises(ValueError, match="takes the micro-batch's DataFrame"):
+        writer.write_partitions(rows, batch_id=1)
+    writer.write_partitions(rows.iloc[:0], batch_id=1, batch=batch)
     partitions = spark.read.parquet(f"{location}/partitions").orderBy("partition").collect()
-    assert [(r["cluster"], r["partition"], r["isr_size"]) for r in partitions] == [
-        (c, int(p), int(i)) for c, p, i in rows[["cluster", "partition", "isr_size"]].itertuples(index=False)]
+    marked = rows[rows["history"]]
+    assert [(r["cluster"], str(r["date"]), r["partition"], r["isr_size"]) for r in partitions] == [
+        (c, "2023-11-14", int(p), int(i)) for c, p, i in marked[["cluster", "partition", "isr_size"]].itertuples(
+            index=False)]
     assert partitions[1]["follower_lag"] == dict(rows.loc[1, "follower_lag"])
+    assert "history" not in partitions[0].asDict() and "kind" not in partitions[0].asDict()
     with pytest.raises(ValueError, match="takes a Spark session"):
         HistoryWriter(location)
 

@@ -149,7 +149,8 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
                      "follower_lag": {2: 0, 3: 7 if bad else 0}, "isr": [1, 2] if bad else [1, 2, 3],
                      "replicas": [1, 2, 3], "hw_stalled": False, "stale": False,
                      "elr": [3] if bad else [], "last_known_elr": [],
-                     "follower_time_lag_ms": {2: 1_500 if p == 0 else 0, 3: 12_500 if bad else 0}})
+                     "follower_time_lag_ms": {2: 1_500 if p == 0 else 0, 3: 12_500 if bad else 0},
+                     "history": True})
     return pd.DataFrame(rows)
 
 
@@ -284,7 +285,29 @@ def test_history_files_share_one_schema_whatever_is_null(tmp_path: Path) -> None
     assert list(events["event_id"]) == ["a", "b"] and list(events["brokers"][1]) == [3]
 
 
-def test_history_snapshots_hold_the_values_and_come_on_a_change_or_once_a_minute(tmp_path: Path) -> None:
+def test_the_processor_marks_a_history_snapshot_on_a_change_or_once_a_minute() -> None:
+    """A partition row is a snapshot on the partition's first sample, on a change of more than its offsets, and
+    on its first sample of each minute (sample time); the timer's stale rows are snapshots too."""
+    def marks(table: Any, *samples: dict[str, Any]) -> tuple[Any, dict[int, bool]]:
+        table, rows = process_bucket(table, frame(*samples), CFG, now_ms=2_000_000)
+        return table, {r["partition"]: r["history"] for r in rows if r["kind"] == KIND_PARTITION}
+
+    table, first = marks({}, sample(1, [1, 2, 3]), sample(1, [1, 2, 3], partition=1))
+    assert first == {0: True, 1: True}
+    # cycle 2, the same minute: partition 0's offsets moved, partition 1's ISR shrank
+    table, second = marks(table, sample(2, [1, 2, 3], hw=110),
+                          sample(2, [1, 2], partition=1, leos={1: 120, 2: 120, 3: 100}))
+    assert second == {0: False, 1: True}
+    table, third = marks(table, sample(3, [1, 2, 3], hw=120), sample(3, [1, 2], partition=1, hw=125))
+    assert third == {0: False, 1: False}
+    # cycle 20 is the next minute of sample time (1,020,000 ms): both again, offsets only or not
+    table, fourth = marks(table, sample(20, [1, 2, 3], hw=130), sample(20, [1, 2], partition=1, hw=130))
+    assert fourth == {0: True, 1: True}
+    _, stale_rows = expire_bucket(table, CFG, now_ms=2_000_000 + 11_000)
+    assert [r["history"] for r in stale_rows if r["kind"] == KIND_PARTITION] == [True, True]
+
+
+def test_history_holds_the_marked_snapshots_with_their_values(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     writer = HistoryWriter(tmp_path)
@@ -292,14 +315,15 @@ def test_history_snapshots_hold_the_values_and_come_on_a_change_or_once_a_minute
     rows.loc[0, "hw_lag"] = float("nan")  # a null as the driver's collect gives it
     rows.at[2, "follower_lag"] = None
     writer.write_partitions(rows, batch_id=1)
-    offsets_moved = rows.assign(sample_time_ms=6_000, high_watermark=15)
-    offsets_moved.loc[1, ["isr_size", "health"]] = [1, 1]  # partition 1 changes more than its offsets
-    writer.write_partitions(offsets_moved, batch_id=2)
-    writer.write_partitions(rows.assign(sample_time_ms=5_000 + 60_000), batch_id=3)
+    later = rows.assign(sample_time_ms=6_000, high_watermark=15, history=[False, True, False])
+    later.loc[1, ["isr_size", "health"]] = [1, 1]
+    writer.write_partitions(later, batch_id=2)
+    writer.write_partitions(later.assign(history=False), batch_id=3)
     written = pq.read_table(str(tmp_path / "partitions")).sort_by([("sample_time_ms", "ascending"),
                                                                    ("partition", "ascending")]).to_pylist()
-    assert [(r["partition"], r["sample_time_ms"]) for r in written] == [
-        (0, 5_000), (1, 5_000), (2, 5_000), (1, 6_000), (0, 65_000), (1, 65_000), (2, 65_000)]
+    assert [(r["partition"], r["sample_time_ms"]) for r in written] == [(0, 5_000), (1, 5_000), (2, 5_000),
+                                                                        (1, 6_000)]
+    assert "history" not in written[0] and "kind" not in written[0]
     first = written[:3]
     assert first[0]["hw_lag"] is None and first[1]["hw_lag"] == 0
     assert dict(first[1]["follower_lag"]) == {2: 0, 3: 7} and first[2]["follower_lag"] == []
