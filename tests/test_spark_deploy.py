@@ -17,6 +17,7 @@ import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -153,14 +154,34 @@ def check_caught_up_and_stored(pipeline: Pipeline, spark: SparkSession, config: 
     last = new_query.last_committed()
     assert last is not None and new_query.tasks(last) == 1
     assert not [p for p in tmp_path.rglob("*") if p.name in ("checkpoint", "history")]
-    history = read_events(config.stream.history_dir, spark)
     assert not locations.is_local(config.stream.history_dir)
-    in_history = set(history["event_id"]) & set(ref.events)
-    assert in_history == set(ref.events), sorted(set(ref.events) - in_history)[:5]
+
+    missing: list[str] = []
+
+    def all_in_history() -> bool:  # a micro-batch writes its history after it publishes its events
+        history = read_events(config.stream.history_dir, spark)
+        missing[:] = sorted(set(ref.events) - set(history["event_id"] if not history.empty else ()))
+        return not missing
+
+    try:
+        wait_until(all_in_history, 60, "every event in the history on HDFS", interval_s=2)
+    except AssertionError:
+        pytest.fail(f"{len(missing)} events not in the history on HDFS, e.g. {missing[:5]}")
     # the partition snapshots, written by the executors from the micro-batches: every topic's, each of its leaders
-    snapshots = (spark.read.parquet(locations.join(config.stream.history_dir, "partitions"))
-                 .filter(F.col("topic").isin(list(topics))).select("topic", "leader", "leader_epoch").toPandas())
-    assert set(snapshots["topic"]) == set(topics)
-    leaders = {(e["topic"], e["leader_epoch"]) for e in ref.events.values() if e["type"] == "LEADER_CHANGE"}
-    snapshotted = set(zip(snapshots["topic"], snapshots["leader_epoch"], strict=True))
-    assert leaders <= snapshotted, sorted(leaders - snapshotted)
+    # each topic's last leader (a micro-batch holding several leader changes of a partition shows only its last)
+    changes = sorted((e["topic"], e["leader_epoch"]) for e in ref.events.values() if e["type"] == "LEADER_CHANGE")
+    leaders = set(dict(changes).items())
+    unseen: list[Any] = []
+
+    def every_leader_snapshotted() -> bool:
+        snapshots = (spark.read.parquet(locations.join(config.stream.history_dir, "partitions"))
+                     .filter(F.col("topic").isin(list(topics))).select("topic", "leader_epoch").distinct().collect())
+        seen = {(r["topic"], r["leader_epoch"]) for r in snapshots}
+        unseen[:] = sorted(leaders - seen) + sorted(set(topics) - {topic for topic, _ in seen})
+        return not unseen
+
+    try:
+        wait_until(every_leader_snapshotted, 60, "a partition snapshot of every topic and leader epoch", interval_s=2)
+    except AssertionError:
+        pytest.fail(f"topics or last leader epochs without a partition snapshot on HDFS: {unseen}; leader changes "
+                    f"{changes}")
