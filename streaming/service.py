@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 err = Console(stderr=True, highlight=False)
 
 
+def say(line: str) -> None:
+    """A log line as it is: one line whatever the terminal's width (a URL stays whole for grep), and a Spark
+    error's ``[ERROR_CLASS]`` text, not rich markup."""
+    err.print(line, markup=False, soft_wrap=True)
+
+
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
 
@@ -45,16 +51,16 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
         try:
             while not stop.is_set():
                 job = start_job(spark, config, exporter)
-                err.print(f"replmon stream: reading {config.transport.samples_topic} from "
-                          f"{','.join(config.samples_bootstrap())}, metrics on "
-                          f"http://{config.stream.metrics_host}:{job.port}/metrics")
+                say(f"replmon stream: reading {config.transport.samples_topic} from "
+                    f"{','.join(config.samples_bootstrap())}, metrics on "
+                    f"http://{config.stream.metrics_host}:{job.port}/metrics")
                 try:
                     if on_started is not None:
                         on_started(job)
                         on_started = None
                     job.await_any(stop=stop)
                     if stop.is_set():
-                        err.print("replmon stream: stopping")
+                        say("replmon stream: stopping")
                     return 0
                 except RuntimeError as exc:
                     now = time.monotonic()
@@ -63,7 +69,7 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
                     if len(failures) > MAX_RESTARTS:
                         raise ReplmonError(f"the job failed {len(failures)} times within {RESTART_WINDOW_S:.0f} "
                                            f"s; last: {reason}") from exc
-                    err.print(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
+                    say(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
                 finally:
                     job.stop()
         finally:
