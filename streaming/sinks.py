@@ -215,15 +215,17 @@ class HistoryWriter:
 
     def write_partitions(self, rows: pd.DataFrame, batch_id: int, batch: DataFrame | None = None) -> None:
         """The snapshots among a micro-batch's partition rows: from ``rows`` (the driver's) into a local history,
-        from ``batch`` (the micro-batch's output, on the executors) into any other."""
+        from ``batch`` (the micro-batch's output, on the executors) into any other, when ``rows`` holds one."""
+        marked = rows["history"].eq(True).to_numpy() if not rows.empty else None
         if self.distributed:
             if batch is None:
                 raise ValueError(f"writing the history to {self.location} takes the micro-batch's DataFrame")
-            self._write_distributed(batch)
+            if marked is not None and marked.any():  # the driver's rows tell whether a Spark job has work
+                self._write_distributed(batch)
             return
-        if rows.empty:
+        if marked is None:
             return
-        chosen = rows[rows["history"].eq(True).to_numpy()]
+        chosen = rows[marked]
         if chosen.empty:
             return
         columns = chosen[self.partition_schema.names].copy()
