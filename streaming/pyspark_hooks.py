@@ -52,9 +52,13 @@ def daemon_conf() -> dict[str, str]:
     return {"spark.python.daemon.module": "streaming.worker_daemon"} if enabled() else {}
 
 
-STOP_NOISE_LOGGERS = ("org.apache.spark.broadcast.TorrentBroadcast", "org.apache.spark.scheduler.DAGScheduler")
-"""Spark's loggers that report a micro-batch interrupted by a deliberate stop as a failure ("Store broadcast ...
-fail", "Failed to cancel job group"): the stop of a job is not an error."""
+STOP_NOISE_LOGGERS = ("org.apache.spark.broadcast.TorrentBroadcast", "org.apache.spark.scheduler.DAGScheduler",
+                      "org.apache.hadoop.util.Shell")
+"""The loggers that report a micro-batch interrupted by a deliberate stop as a failure: Spark's ("Store broadcast
+... fail", "Failed to cancel job group"), and Hadoop's Shell, which warns with a stack trace when the stop
+interrupts the ``chmod`` it forks for each checkpoint file the next micro-batch creates on a local disk (without
+Hadoop's native library; a batch that falls behind its trigger starts the next at once, so a stop can land there).
+The stop of a job is not an error."""
 
 
 def quiet_stop_noise() -> None:
