@@ -31,7 +31,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -47,6 +46,7 @@ from replmon.cli import submit as submit_module
 from replmon.cli.package import submit_command
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig, load_config
+from replmon.core.processes import wait_until
 from streaming.code_archive import ARCHIVE_ALIAS
 from streaming.session import (
     ABORTABLE_CHECKPOINT_MANAGER,
@@ -165,9 +165,7 @@ def test_executor_mode_runs_the_command_of_sparks_entrypoint(extra: dict[str, st
 
 
 def test_executor_mode_finds_java_home_like_sparks_entrypoint(tmp_path: Path) -> None:
-    java = shutil.which("java")
-    if java is None:
-        pytest.skip("no java on PATH: the image has OpenJDK 17")
+    java = require_java()
     env = entrypoint_env(EXECUTOR_ENV)
     del env["JAVA_HOME"]
     settings = subprocess.run([java, "-XshowSettings:properties", "-version"], capture_output=True, text=True,
@@ -274,20 +272,29 @@ def end(proc: subprocess.Popen[bytes]) -> None:
         os.killpg(proc.pid, signal.SIGKILL)  # what the session leader left behind
 
 
+def require_java() -> str:
+    """The java on PATH, as the image has it (OpenJDK 17); the project's setup installs it, so its absence is a
+    broken machine, not a reason to skip."""
+    java = shutil.which("java")
+    assert java is not None, "no java on PATH: scripts/setup installs OpenJDK 17, as the image has it"
+    return java
+
+
 def wait_for(predicate: Any, timeout_s: float, what: str, *logs: Path) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs
-                              if log.exists())
-            raise AssertionError(f"no {what} after {timeout_s:.0f} s\n{tails}")
-        time.sleep(0.25)
+    """:func:`replmon.core.processes.wait_until`, failing with the tails of ``logs``."""
+    try:
+        wait_until(predicate, timeout_s, what)
+    except AssertionError as exc:
+        tails = "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs
+                          if log.exists())
+        raise AssertionError(f"{exc}\n{tails}") from None
 
 
 PROBE = '''
-import json, os, sys, time
+import json, os, sys
 from pathlib import Path
 from pyspark.sql import SparkSession
+from replmon.core.processes import wait_until
 
 out = Path(sys.argv[1])
 spark = SparkSession.builder.appName("replmon-entrypoint-test").getOrCreate()
@@ -303,9 +310,10 @@ def executors():
     ids = sc._jsc.sc().getExecutorIds()
     return sorted(str(ids.apply(i)) for i in range(ids.size()))
 
-deadline = time.monotonic() + 120
-while not executors() and time.monotonic() < deadline:
-    time.sleep(0.25)
+try:
+    wait_until(executors, 120, "an executor")
+except AssertionError:
+    pass  # result.json says that none registered
 
 def probe(_):
     import os, sys
@@ -326,9 +334,7 @@ def test_driver_and_executor_modes_run_a_python_job(tmp_path: Path) -> None:
     has no worker) and an executor started by its `executor` mode with the environment Spark on Kubernetes gives
     an executor pod: the executor registers with the driver and runs its Python tasks with the image's
     PYSPARK_PYTHON (python3 on PATH), which imports replmon's code."""
-    java = shutil.which("java")
-    if java is None:
-        pytest.skip("no java on PATH: the image has OpenJDK 17")
+    require_java()
     env = entrypoint_env({"PYSPARK_PYTHON": "python3"})
     del env["JAVA_HOME"]  # as in the image: the entrypoint finds it
     for name in ("master", "driver", "executor"):
@@ -387,8 +393,7 @@ def test_driver_and_executor_modes_run_a_python_job(tmp_path: Path) -> None:
 def test_driver_mode_runs_the_jobs_entry_file(tmp_path: Path) -> None:
     """spark-submit from the entrypoint's `driver` mode runs replmon/cli/submit.py (the SparkApplication's
     mainApplicationFile) with the image's PYSPARK_PYTHON: `replmon stream` and its arguments."""
-    if shutil.which("java") is None:
-        pytest.skip("no java on PATH: the image has OpenJDK 17")
+    require_java()
     env = entrypoint_env({"SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1", "PYSPARK_PYTHON": "python3"})
     del env["JAVA_HOME"]
     out = subprocess.run(["bash", str(ENTRYPOINT), "driver", "--master", "local[1]", "--conf", "spark.ui.enabled=false",
