@@ -214,6 +214,8 @@ def history_due(before: PartitionState | None, after: PartitionState) -> bool:
         return True
     if after.sample_time_ms // HISTORY_INTERVAL_MS != before.sample_time_ms // HISTORY_INTERVAL_MS:
         return True
+    if after.meta is before.meta:  # the step left the membership as it was (a changed meta is a copy): the flags
+        return after.stale != before.stale or after.hw_stalled != before.hw_stalled
     return _history_signature(after) != _history_signature(before)
 
 
