@@ -20,7 +20,9 @@ UNCLEAN). Every fault is waited for on Kafka's own view and healed before the ne
 - every leader the controller's metadata log recorded for the three partitions (Kafka's dump tool reads the log)
   is one LEADER_CHANGE event with its leader epoch, none missing, none twice, none the log does not have;
 - per topic, the committed messages replmon reports lost (DATA_LOSS) against a sequenced consumer: the
-  acknowledged messages of the acks=all topics it can no longer read (zero for ``chaos-all``);
+  committed records of the acks=all topics it can no longer read where they were (zero for ``chaos-all``): those
+  acknowledged, and those a leader held when it died alone in the ISR, its log copied at the kill and read by
+  Kafka's dump tool (a write in flight at the kill was committed and never acknowledged);
 - no critical event without a cause: data loss and critical divergences only on ``chaos-unclean``, as many
   forced unclean LEADER_CHANGEs there as unclean elections forced and none elsewhere, no EPOCH_REGRESSION at
   all. (An unclean LEADER_CHANGE that is the controller's own recovery from the last known ELR, KIP-966, has a
@@ -34,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import shutil
 import sys
 import tempfile
 import threading
@@ -50,7 +53,13 @@ sys.path.insert(0, str(ROOT))
 from replmon.testbed.harness import Pipeline, scratch_clusters  # noqa: E402
 from replmon.testbed.kafka_view import KafkaView, wait_until  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster  # noqa: E402
-from replmon.testbed.workload import SequencedProducer, readable_sequences, unreadable  # noqa: E402
+from replmon.testbed.workload import (  # noqa: E402
+    SequencedProducer,
+    committed_unreadable,
+    log_held,
+    readable_records,
+    unreadable,
+)
 
 DOC = ROOT / "docs" / "reliability.md"
 HEADING = "Chaos: random faults under load"
@@ -112,6 +121,10 @@ class Chaos:
         self.producers = {t.name: SequencedProducer(cluster.bootstrap_servers, t.name, acks=t.acks, interval_s=0.01)
                           for t in topics}
         self.faults: list[Fault] = []
+        self.dead_leader_logs: dict[str, list[Path]] = {t.name: [] for t in topics}
+        """Per topic, a copy of the log of each leader that died alone in its ISR (an unclean election's): all it
+        held was committed, acknowledged or not."""
+        self._scratch = Path(tempfile.mkdtemp(prefix="replmon-chaos-"))
         self.stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="chaos", daemon=True)
 
@@ -148,6 +161,7 @@ class Chaos:
         for p in self.producers.values():
             p.close()
         self.view.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
     # ------------------------------------------------------------------------------------------------ faults
     def _alive(self, not_: Iterable[int] = ()) -> int:
@@ -193,6 +207,7 @@ class Chaos:
         producer = self.producers[topic]
         producer.wait_acknowledged(self.rng.randint(20, 200), FAULT_DEADLINE_S)  # committed by the leader alone
         self.cluster.kill(leader)
+        self._keep_log(topic, leader)
         self.cluster.start(stale)
         wait_until(lambda: self.view.partition(topic, via=stale).leader == -1, FAULT_DEADLINE_S,
                    f"{topic} offline")
@@ -202,6 +217,12 @@ class Chaos:
         self.cluster.start(leader)
         self.cluster.start(other)
         return stale
+
+    def _keep_log(self, topic: str, broker: int) -> None:
+        """A copy of ``broker``'s log of ``topic``-0 as it is now, before a restart truncates it."""
+        kept = self._scratch / f"{topic}-{broker}-{len(self.dead_leader_logs[topic])}"
+        shutil.copytree(self.cluster.broker_log_dir(broker) / f"{topic}-0", kept)
+        self.dead_leader_logs[topic].append(kept)
 
     def _one(self, kind: str) -> Fault:
         unclean = next((t.name for t in self.topics if t.unclean), None)
@@ -247,7 +268,8 @@ class ChaosVerdict:
     committed_lost: dict[str, int] = field(default_factory=dict)
     """Per topic: what replmon's DATA_LOSS events counted."""
     consumer_lost: dict[str, int] = field(default_factory=dict)
-    """Per acks=all topic: acknowledged messages a consumer can no longer read."""
+    """Per acks=all topic: committed records a consumer can no longer read where they were (acknowledged, or held
+    by a leader that died alone in the ISR)."""
     uncommitted_counted: dict[str, int] = field(default_factory=dict)
     """Per topic: the never-committed offsets replmon counts discarded (``uncommitted_counted`` of its events)."""
     acks_one_lost: dict[str, int] = field(default_factory=dict)
@@ -344,12 +366,23 @@ def judge(events: list[dict[str, Any]], recorded: dict[str, list[tuple[int, int]
     return v
 
 
-def consumer_losses(cluster: LocalCluster, chaos: Chaos) -> dict[str, int]:
-    """Per topic: acknowledged messages a consumer can no longer read (on acks=all topics, acknowledged means
-    committed)."""
-    return {t.name: len(unreadable(chaos.producers[t.name].acknowledged(),
-                                   readable_sequences(cluster.live_bootstrap_servers, t.name)))
-            for t in chaos.topics}
+def consumer_losses(cluster: LocalCluster, chaos: Chaos) -> tuple[dict[str, int], dict[str, int]]:
+    """Per acks=all topic, the committed records a consumer can no longer read where they were: those acknowledged,
+    and those the leaders that died alone in the ISR held (their logs as Kafka's dump tool reads them: a write in
+    flight at the kill was committed and never acknowledged). Per acks=1 topic, the acknowledged
+    messages a consumer can no longer read."""
+    committed: dict[str, int] = {}
+    acks_one: dict[str, int] = {}
+    for t in chaos.topics:
+        readable = readable_records(cluster.live_bootstrap_servers, t.name)
+        acknowledged = chaos.producers[t.name].acknowledged()
+        if t.acks == "all":
+            held = {r for kept in chaos.dead_leader_logs[t.name] for r in log_held(kept)}
+            committed[t.name] = len(committed_unreadable(acknowledged, held, readable))
+        else:
+            by_seq = {seq: (partition, offset) for seq, partition, offset in sorted(readable)}
+            acks_one[t.name] = len(unreadable(acknowledged, by_seq))
+    return committed, acks_one
 
 
 def settle(pipeline: Pipeline, deadline_s: float = 180) -> None:
@@ -362,13 +395,12 @@ def settle(pipeline: Pipeline, deadline_s: float = 180) -> None:
 def verdict(pipeline: Pipeline, cluster: LocalCluster, chaos: Chaos,
             controller_records: Callable[[LocalCluster], list[dict[str, Any]]]) -> ChaosVerdict:
     """Once the chaos is healed: the events topic against the controller's metadata log (its records as Kafka's
-    dump tool decodes them: ``tests.kafka_dump.controller_metadata_records``) and the consumer."""
+    dump tool decodes them: ``tests.kafka_dump.controller_metadata_records``) and the consumer (with the logs of
+    the leaders that died alone, as the dump tool reads them)."""
     settle(pipeline)
-    lost = consumer_losses(cluster, chaos)
+    committed, acks_one = consumer_losses(cluster, chaos)
     recorded = recorded_leaders(controller_records(cluster), (t.name for t in chaos.topics))
-    acks_all = {t.name for t in chaos.topics if t.acks == "all"}
-    return judge(pipeline.events(), recorded, chaos.topics, chaos.unclean_elections,
-                 {t: n for t, n in lost.items() if t in acks_all}, {t: n for t, n in lost.items() if t not in acks_all})
+    return judge(pipeline.events(), recorded, chaos.topics, chaos.unclean_elections, committed, acks_one)
 
 
 # ------------------------------------------------------------------------------------------------ the bench

@@ -1,16 +1,15 @@
-"""Kafka's own reader of log files as a test oracle: ``kafka-dump-log.sh`` (org.apache.kafka.tools.DumpLogSegments,
-from Kafka's tools jar, run on the local cluster's classpath)."""
+"""Kafka's own reader of log files as a test oracle (replmon.testbed.localcluster.dump): the batches of a partition's
+log and the controller's metadata records as Kafka decodes them."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from replmon.testbed.localcluster import LocalCluster, artifacts
+from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster.dump import DUMP_RECORD, dump_log_segments
 
 BATCH = re.compile(r"^baseOffset: (\d+) lastOffset: (\d+) count: \d+ .* partitionLeaderEpoch: (-?\d+) "
                    r"isTransactional: \w+ isControl: (\w+)")
@@ -20,20 +19,6 @@ class Batch(NamedTuple):
     base_offset: int
     last_offset: int
     leader_epoch: int
-
-
-def kafka_tools_classpath() -> str:
-    """The local cluster's classpath plus Kafka's tools jar (DumpLogSegments left the broker's jar for it in Kafka
-    4)."""
-    return f"{artifacts.kafka_libs()}/*{os.pathsep}{artifacts.kafka_tools_jar()}"
-
-
-def dump_log_segments(files: list[Path], *options: str) -> str:
-    """DumpLogSegments' output for ``files``."""
-    return subprocess.run(
-        [artifacts.java_executable(), "-cp", kafka_tools_classpath(), "org.apache.kafka.tools.DumpLogSegments",
-         *options, "--files", ",".join(map(str, files))],
-        capture_output=True, text=True, timeout=300, check=True).stdout
 
 
 def log_batches(partition_dir: Path) -> list[Batch]:
@@ -50,9 +35,6 @@ def lineage_of(batches: list[Batch]) -> list[tuple[int, int]]:
         if not out or b.leader_epoch > out[-1][0]:
             out.append((b.leader_epoch, b.base_offset))
     return out
-
-
-DUMP_RECORD = re.compile(r"^\| offset: (\d+) CreateTime: (-?\d+) .*? payload: (.*)$")
 
 
 def dump_metadata_log(files: list[Path]) -> dict[Path, dict[int, dict[str, Any]]]:

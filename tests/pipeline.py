@@ -17,7 +17,7 @@ from replmon.core.config import SecurityConfig
 from replmon.testbed import harness
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
-from replmon.testbed.workload import SequencedProducer, readable_sequences, unreadable
+from replmon.testbed.workload import Record, SequencedProducer, committed_unreadable, log_held, readable_records
 
 TOPIC_PREFIX = "e2e-"
 TRANSPORT_TOPICS = "e2e.replmon"
@@ -70,8 +70,8 @@ OLD_LEADER, STALE_REPLICA, OTHER = 1, 2, 3
 
 @dataclass
 class UncleanLoss:
-    lost: set[int]
-    """Acknowledged sequences that no consumer can read after the election."""
+    lost: set[Record]
+    """The committed records no consumer can read after the election: (sequence, partition, offset)."""
     lost_offsets: list[int]
     """Their offsets in the old leader's log, ascending."""
 
@@ -84,7 +84,7 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
     broker 1, alone in the ISR, commits all it appends; ``before_kill`` acknowledgements later it is SIGKILLed.
     Stale broker 2 is elected uncleanly and the producer moves to it at once. Returns, broker 1 still down, once
     the new leader's log has passed where broker 1's ended: the ground truth is what a consumer can no longer
-    read of what the producer saw acknowledged."""
+    read of what the producer saw acknowledged and of what broker 1's log held (Kafka's dump tool reads it)."""
     view.create_topic(topic, assignment={0: [OLD_LEADER, STALE_REPLICA, OTHER]},
                       configs={"min.insync.replicas": "1"})
     producer = producer_factory(topic, acks=1, interval_s=0.005)
@@ -106,10 +106,10 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
                "the unclean election of broker 2")
     # the producer writes on to the new leader: its log soon passes where the old one ended
     wait_until(lambda: view.high_watermark(topic) > old_log_end + 100, 60, "the new leader's log past the old one")
-    acknowledged = producer.acknowledged()
-    lost = unreadable(acknowledged, readable_sequences(cluster.live_bootstrap_servers, topic))
-    assert lost, "the scenario lost acknowledged messages"
-    return UncleanLoss(lost, sorted(acknowledged[seq][1] for seq in lost))
+    held = log_held(cluster.broker_log_dir(OLD_LEADER) / f"{topic}-0")  # all committed: it led alone
+    lost = committed_unreadable(producer.acknowledged(), held, readable_records(cluster.live_bootstrap_servers, topic))
+    assert lost, "the scenario lost committed messages"
+    return UncleanLoss(lost, sorted(offset for _, _, offset in lost))
 
 
 def events_of(pipeline: Pipeline, topic: str, type_: str) -> list[dict[str, Any]]:

@@ -166,7 +166,7 @@ def test_demo_detects_every_fault_and_summarises_it(demo: DemoRun) -> None:
         assert re.fullmatch(r"\d+\.\d+s", cells[3]) and float(cells[3][:-1]) < 120, row
     assert "NOT DETECTED" not in out
     assert "every fault was detected" in out
-    lost = re.search(r"a consumer can no longer read (\d+) acknowledged messages; replmon reports "
+    lost = re.search(r"a consumer can no longer read (\d+) committed messages; replmon reports "
                      r"committed_lost=(\d+)", out)
     assert lost and int(lost.group(1)) > 0, out[-4000:]
     assert int(lost.group(2)) == int(lost.group(1)), "replmon's count is the consumer's, producers writing on"

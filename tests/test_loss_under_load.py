@@ -4,9 +4,12 @@ happens, the producer never paused and replmon never waited for.
 Leader 1 of a partition (replicas 1, 2, 3, min.insync.replicas 1, acks=1 writes) loses its followers one after
 the other while the producer writes on; it leads alone (so it commits everything it appends), is SIGKILLed,
 stale broker 2 is elected uncleanly, the producer moves to it at once, and broker 1 returns and truncates. The
-ground truth is the sequenced producer's acknowledgements against what a consumer can still read; the
-truncation's oracle is broker 1's own log line. The pipeline runs a log-dir agent beside each broker, as
-``replmon run`` does: broker 1's disk, read while it is down, tells how far it had committed.
+ground truth is what a consumer can still read of the committed messages: those the sequenced producer saw
+acknowledged, and those broker 1's log held when it died (Kafka's dump tool reads it: a write in flight at the
+kill was committed, never acknowledged); the truncation's oracle is broker 1's own log line. The pipeline runs a
+log-dir agent beside each broker, as ``replmon run`` does: broker 1's disk, read while it is down, tells how far
+it had committed. The end-to-end module runs the scenario at the default timing (3 s, then 2.5 s); here at a
+slower and a tighter one.
 """
 
 from __future__ import annotations
@@ -42,7 +45,6 @@ truncated log (1 s intervals)."""
 
 @pytest.mark.parametrize(("before_second", "before_kill"), [
     pytest.param(500, 400, id="followers-out-5s-and-4s-before-the-kill"),
-    pytest.param(300, 250, id="followers-out-3s-and-2.5s-before-the-kill"),
     pytest.param(150, 200, id="followers-out-3.5s-and-2s-before-the-kill"),
 ])
 def test_unclean_election_under_load_reports_exactly_the_committed_messages_lost(

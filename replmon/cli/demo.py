@@ -37,7 +37,7 @@ from replmon.core.paths import state_dir
 from replmon.core.processes import interrupt_on_sigterm
 from replmon.testbed.harness import EventFollower, Pipeline, StageExited, metric, start_transport
 from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
-from replmon.testbed.workload import SequencedProducer, readable_sequences, unreadable
+from replmon.testbed.workload import SequencedProducer, committed_unreadable, log_held, readable_records
 from streaming.exporter import Scraped
 
 STEP_TIMEOUT_S = 90.0
@@ -396,15 +396,19 @@ class Demo:
         self.wait_event(loss, of(topic, "DATA_LOSS"))
         self.wait_for(f"the producer's writes on broker {stale} past where broker {leader}'s log ended",
                       lambda: self.high_watermark(topic) > old_end)
-        lost = unreadable(producer.acknowledged(), readable_sequences(cluster.live_bootstrap_servers, topic))
+        # committed: what the producer saw acknowledged, and all the old leader held (it led alone; a write in
+        # flight at the kill is committed and was never acknowledged), read from its disk before it comes back
+        held = log_held(cluster.broker_log_dir(leader) / f"{topic}-0")
+        lost = committed_unreadable(producer.acknowledged(), held,
+                                    readable_records(cluster.live_bootstrap_servers, topic))
 
         def replmon_says() -> int:
             return sum(e.get("committed_lost") or 0 for e in self.events if of(topic, "DATA_LOSS")(e))
 
         with contextlib.suppress(ReplmonError):  # the old leader's disk may add a last part
             self.wait_for("replmon's count of the loss", lambda: replmon_says() >= len(lost), 30)
-        loss.note = f"{len(lost)} acknowledged messages unreadable; replmon: {replmon_says()} committed lost"
-        self.say(f"a consumer can no longer read {len(lost)} acknowledged messages; replmon reports "
+        loss.note = f"{len(lost)} committed messages unreadable; replmon: {replmon_says()} committed lost"
+        self.say(f"a consumer can no longer read {len(lost)} committed messages; replmon reports "
                  f"committed_lost={replmon_says()}")
         self.show_table()
         self.say("bringing every broker back")

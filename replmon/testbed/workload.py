@@ -12,9 +12,12 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from replmon.testbed.localcluster.dump import log_records
 
 
 @dataclass
@@ -188,11 +191,15 @@ def _close_quietly(producer: KafkaProducer, timeout_s: float) -> None:
         producer.close(timeout=timeout_s)
 
 
-def readable_sequences(
+Record = tuple[int, int, int]
+"""A sequenced message where a log holds it: (sequence, partition, offset)."""
+
+
+def readable_records(
     bootstrap_servers: str, topic: str, partitions: Iterable[int] = (0,), timeout_s: float = 30.0, **client: Any
-) -> dict[int, tuple[int, int]]:
-    """Every message a consumer can read now (from the log start to the high watermark): seq ->
-    (partition, offset)."""
+) -> set[Record]:
+    """Every message a consumer can read now (from the log start to the high watermark), where it reads it (a
+    message its producer retried may be there twice)."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, group_id=None,
                              consumer_timeout_ms=1000, request_timeout_ms=10000, **client)
     try:
@@ -200,17 +207,45 @@ def readable_sequences(
         consumer.assign(tps)
         consumer.seek_to_beginning(*tps)
         end = consumer.end_offsets(tps)
-        found: dict[int, tuple[int, int]] = {}
+        found: set[Record] = set()
         deadline = time.monotonic() + timeout_s
         while any(consumer.position(tp) < end[tp] for tp in tps):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read {topic} up to {end} within {timeout_s}s")
             for tp, records in consumer.poll(timeout_ms=500).items():
                 for rec in records:
-                    found[int(rec.value)] = (tp.partition, rec.offset)
+                    found.add((int(rec.value), tp.partition, rec.offset))
         return found
     finally:
         consumer.close()
+
+
+def readable_sequences(
+    bootstrap_servers: str, topic: str, partitions: Iterable[int] = (0,), timeout_s: float = 30.0, **client: Any
+) -> dict[int, tuple[int, int]]:
+    """Every message a consumer can read now: seq -> (partition, offset) (the last, where it is there twice)."""
+    return {seq: (partition, offset) for seq, partition, offset
+            in sorted(readable_records(bootstrap_servers, topic, partitions, timeout_s, **client))}
+
+
+def log_held(partition_dir: Path, partition: int = 0) -> set[Record]:
+    """The sequenced messages a partition's log holds on disk, as Kafka's dump tool reads it (a broker's log
+    before its restart truncates it)."""
+    return {(int(value), partition, offset) for offset, value in log_records(partition_dir).items()}
+
+
+def committed_unreadable(acknowledged: dict[int, tuple[int, int]], held_alone: Iterable[Record],
+                         readable: set[Record]) -> set[Record]:
+    """The committed records a consumer no longer finds where they were, among the offsets it read past.
+
+    Committed: what an acks=all producer saw acknowledged, and ``held_alone``, every record of a leader that died
+    alone in the ISR with min.insync.replicas 1 (read from its log: it had committed all it appended, a write in
+    flight at the kill too, which its producer never saw acknowledged, and may have written again elsewhere)."""
+    ends: dict[int, int] = {}
+    for _, partition, offset in readable:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    committed = {(seq, partition, offset) for seq, (partition, offset) in acknowledged.items()} | set(held_alone)
+    return {r for r in committed if r not in readable and r[2] < ends.get(r[1], 0)}
 
 
 def unreadable(acknowledged: dict[int, tuple[int, int]], readable: dict[int, tuple[int, int]]) -> set[int]:

@@ -1,0 +1,26 @@
+"""The sequenced workload's ground truth for committed loss, without a cluster (the fault tests use it on one)."""
+
+from __future__ import annotations
+
+from replmon.testbed.workload import committed_unreadable, unreadable
+
+
+def test_a_write_in_flight_when_the_lone_leader_died_is_committed_and_lost_where_it_was() -> None:
+    """Broker 1 led alone and held seq 0-4 at offsets 0-4; the response for seq 4 never left it. The new leader
+    had 0-2; the producer wrote seq 4 again at offset 3 and seq 5 at 4, and a consumer reads them there."""
+    # seq 3 acknowledged by broker 1 before it died; seq 4's retry and seq 5 by the new leader
+    acknowledged = {0: (0, 0), 1: (0, 1), 2: (0, 2), 3: (0, 3), 4: (0, 3), 5: (0, 4)}
+    held_alone = {(seq, 0, seq) for seq in range(5)}
+    readable = {(0, 0, 0), (1, 0, 1), (2, 0, 2), (4, 0, 3), (5, 0, 4)}
+    lost = committed_unreadable(acknowledged, held_alone, readable)
+    # offsets 3 and 4 of broker 1's log: seq 3 (acknowledged) and seq 4 (in flight, written again elsewhere)
+    assert lost == {(3, 0, 3), (4, 0, 4)}
+    # the producer alone sees one: what the consumer's count by acknowledged sequence misses
+    assert unreadable(acknowledged, {s: (p, o) for s, p, o in readable}) == {3}
+
+
+def test_only_offsets_the_consumer_read_past_are_judged() -> None:
+    acknowledged = {0: (0, 0), 1: (0, 1), 2: (0, 9)}
+    readable = {(0, 0, 0), (1, 0, 1)}
+    assert committed_unreadable(acknowledged, set(), readable) == set()
+    assert committed_unreadable(acknowledged, {(7, 0, 1)}, readable) == {(7, 0, 1)}
