@@ -8,8 +8,8 @@ ground truth is what a consumer can still read of the committed messages: those 
 acknowledged, and those broker 1's log held when it died (Kafka's dump tool reads it: a write in flight at the
 kill was committed, never acknowledged); the truncation's oracle is broker 1's own log line. The pipeline runs a
 log-dir agent beside each broker, as ``replmon run`` does: broker 1's disk, read while it is down, tells how far
-it had committed. The end-to-end module runs the scenario at the default timing (3 s, then 2.5 s); here at a
-slower and a tighter one.
+it had committed. The end-to-end module runs the scenario at the default timing (3 s, then 2.5 s), the chaos
+test at random ones; here at a tighter one, the truncation's offsets checked too.
 """
 
 from __future__ import annotations
@@ -44,7 +44,6 @@ truncated log (1 s intervals)."""
 
 
 @pytest.mark.parametrize(("before_second", "before_kill"), [
-    pytest.param(500, 400, id="followers-out-5s-and-4s-before-the-kill"),
     pytest.param(150, 200, id="followers-out-3.5s-and-2s-before-the-kill"),
 ])
 def test_unclean_election_under_load_reports_exactly_the_committed_messages_lost(
