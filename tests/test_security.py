@@ -30,13 +30,22 @@ from replmon.core.config import ReplmonConfig, SecurityConfig, TransportConfig, 
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
 from replmon.core.security import GRANTS, Grant, Role, Where
+from replmon.testbed import harness
 from replmon.testbed.harness import read_topic, security_settings
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster import tls as local_tls
 from replmon.testbed.localcluster.cluster import free_port
 from streaming.exporter import JobExporter
-from tests.pipeline import DEADLINE_S, EVENTS_TOPIC, QUARANTINE_TOPIC, SAMPLES_TOPIC, TOPIC_PREFIX, Pipeline
+from tests.pipeline import (
+    DEADLINE_S,
+    EVENTS_TOPIC,
+    QUARANTINE_TOPIC,
+    SAMPLES_TOPIC,
+    TOPIC_PREFIX,
+    TRANSPORT_TOPICS,
+    Pipeline,
+)
 
 pytestmark = [pytest.mark.cluster]
 
@@ -155,12 +164,18 @@ def test_secure_cluster_speaks_only_sasl_ssl_and_keeps_secrets_out_of_cluster_js
     assert sorted(passwords) == sorted(["admin", *map(str, Role)])
     state = (secure_cluster.dir / "cluster.json").read_text()
     assert not [user for user, pw in passwords.items() if pw in state]
-    for secret in (sec.credentials_file, sec.keystore_file, *sec.users.values(),
+    for secret in (sec.credentials_file, sec.keystore_file, *sec.users.values(), *sec.keys.values(),
                    *(n.config_file for n in secure_cluster.spec.nodes if n.role == "broker")):
         assert stat.S_IMODE(secret.stat().st_mode) == 0o600, secret
     status = replmon("cluster", "status", "--dir", str(secure_cluster.dir))
     assert status.returncode == 0, status.stderr
     assert "(SASL_SSL)" in status.stdout and str(sec.ca_file) in status.stdout
+    assert f"mutual TLS (SSL, a user's client certificate) at {secure_cluster.mtls_bootstrap_servers}" in \
+        status.stdout.replace("\n", "")
+    # the mutual-TLS listener takes no client without a certificate, however well it trusts the broker
+    with pytest.raises(Exception, match="bootstrap"):
+        KafkaAdminClient(bootstrap_servers=secure_cluster.mtls_bootstrap_servers, bootstrap_timeout_ms=3000,
+                         request_timeout_ms=3000, security_protocol="SSL", ssl_cafile=str(sec.ca_file))
     # the Java client settings of a user work as they are: kafka-acls.sh --command-config takes them
     props = dict(line.split("=", 1) for line in sec.users["collector"].read_text().splitlines())
     assert props["security.protocol"] == "SASL_SSL" and props["ssl.truststore.location"] == str(sec.ca_file)
@@ -341,6 +356,59 @@ def test_least_privilege_users_run_the_pipeline_end_to_end(secure_pipeline: Pipe
     history = wait_until(lambda: (r := replmon("events", "--config", str(p.configs["stream"]), "--topic", topic))
                          .returncode == 0 and "UNDER_MIN_ISR_START" in r.stdout and r, 60, "the event in the history")
     assert "below min.insync.replicas=2" in history.stdout.replace("\n", " ")
+
+
+@pytest.mark.spark
+def test_client_certificates_alone_authenticate_the_job_its_kafka_source_and_its_publisher(
+        secure_pipeline: Pipeline, secure_cluster: LocalCluster, tmp_path: Path) -> None:
+    """``replmon stream`` as user job by its client certificate on the mutual-TLS listener (``CN=job`` is
+    ``User:job``: the job's grants, nothing more), its key encrypted with a password: Spark's Kafka source takes the
+    certificate and the key inline (no executor needs the files), the events and quarantine publisher reads them
+    from the files. The samples are those the SCRAM pipeline's collector writes; the events go to topics of this
+    job's own. Neither the key nor its password reaches the job's log."""
+    transport = TRANSPORT.model_copy(update={"events_topic": f"{EVENTS_TOPIC}-mtls",
+                                             "quarantine_topic": f"{QUARANTINE_TOPIC}-mtls"})
+    secure_cluster.grant_roles(transport)
+    topic = f"{TOPIC_PREFIX}secure-mtls"
+    admin = secure_cluster.admin_client(10_000)
+    try:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1,
+                                     "configs": {"min.insync.replicas": "2"}}}, timeout_ms=15_000)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=secure_cluster.bootstrap_servers, acks=1,
+                             **secure_cluster.client_security().kafka_python())
+    try:
+        for i in range(7):
+            producer.send(topic, f"m{i}".encode())
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+    sec = secure_cluster.client_security("job", mtls=True)
+    assert sec.protocol == "SSL" and sec.username is None and sec.password is None and sec.ssl_key_password
+    job = harness.Pipeline(tmp_path, secure_cluster, secure_cluster, include=[f"{TOPIC_PREFIX}.*"],
+                           topic_names=TRANSPORT_TOPICS, security={"stream": sec},
+                           servers={"stream": secure_cluster.mtls_bootstrap_servers},
+                           overrides={"transport": {"events_topic": transport.events_topic,
+                                                    "quarantine_topic": transport.quarantine_topic}})
+    try:
+        job.spawn("stream")
+        wait_until(lambda: job.metric("replmon_partition_high_watermark", topic=topic, partition="0") == 7,
+                   DEADLINE_S, "the mTLS job's high watermark gauge at 7")
+        event = job.wait_event("UNDER_MIN_ISR_START in the mTLS job's events topic",
+                               lambda e: e["topic"] == topic and e["type"] == "UNDER_MIN_ISR_START")
+        assert event["isr"] == [1]
+    finally:
+        job.stop()
+    assert sec.ssl_keyfile is not None
+    keys = [sec.ssl_keyfile.read_text(), sec.java_client(inline=True)["ssl.keystore.key"]]  # the file, the inline
+    log = job.log("stream").read_bytes()
+    assert b"replmon" in log
+    for key in keys:
+        body = key.strip().splitlines()[1:-1]
+        assert body and not [line for line in body if line.encode() in log]
+    assert sec.ssl_key_password.get_secret_value().encode() not in log
+    assert b"PRIVATE KEY" not in log
 
 
 @pytest.mark.spark

@@ -14,7 +14,6 @@ from replmon.core.errors import ReplmonError
 
 if TYPE_CHECKING:
     from replmon.testbed.localcluster import LocalCluster
-    from replmon.testbed.localcluster.secure import LocalSecurity
 
 err_console = Console(stderr=True, highlight=False)
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -32,16 +31,22 @@ def cluster_up(args: argparse.Namespace) -> int:
     err_console.print(f"local cluster up in {cluster.dir} (Kafka {KAFKA_VERSION}, brokers {cluster.broker_ids}, "
                       f"{cluster.protocol})")
     if cluster.spec.security is not None:
-        err_console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
+        err_console.print(_security_summary(cluster), markup=False, soft_wrap=True)
     print(cluster.bootstrap_servers)
     return 0
 
 
-def _security_summary(sec: LocalSecurity) -> str:
+def _security_summary(cluster: LocalCluster) -> str:
     """Where a client finds what it needs; never the passwords themselves."""
-    return (f"security: {sec.protocol} ({sec.sasl_mechanism}), controller listener {sec.controller_protocol} with "
+    sec = cluster.spec.security
+    assert sec is not None
+    text = (f"security: {sec.protocol} ({sec.sasl_mechanism}), controller listener {sec.controller_protocol} with "
             f"client certificates; CA {sec.ca_file}; users {', '.join(sec.users)} (passwords in "
             f"{sec.credentials_file}, Java client settings in {sec.ca_file.parent}/USER.properties)")
+    if sec.certificates:
+        text += (f"; mutual TLS (SSL, a user's client certificate) at {cluster.mtls_bootstrap_servers}: "
+                 f"{sec.ca_file.parent}/USER.crt.pem, key USER.key.pem (encrypted with the user's password)")
+    return text
 
 
 def _key_value(text: str) -> tuple[str, str]:
@@ -68,7 +73,7 @@ def cluster_status(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"bootstrap servers: {cluster.bootstrap_servers} ({cluster.protocol})", soft_wrap=True)
     if cluster.spec.security is not None:
-        console.print(_security_summary(cluster.spec.security), markup=False, soft_wrap=True)
+        console.print(_security_summary(cluster), markup=False, soft_wrap=True)
     return 0
 
 

@@ -73,12 +73,15 @@ def pipeline_settings(watched: LocalCluster, transport: LocalCluster, work: Path
     }
 
 
-def with_security(settings: Mapping[str, Any], security: SecurityConfig) -> dict[str, Any]:
-    """``settings`` with ``security`` on every cluster it names, the watched ones and the transport."""
+def with_security(settings: Mapping[str, Any], security: SecurityConfig, servers: str | None = None
+                  ) -> dict[str, Any]:
+    """``settings`` with ``security`` on every cluster it names, the watched ones and the transport; with
+    ``servers``, those as every cluster's bootstrap servers (another listener of theirs)."""
     out = copy.deepcopy(dict(settings))
-    for cluster in out["clusters"]:
-        cluster["security"] = security_settings(security)
-    out["transport"]["security"] = security_settings(security)
+    for section in (*out["clusters"], out["transport"]):
+        section["security"] = security_settings(security)
+        if servers is not None:
+            section["bootstrap_servers"] = servers.split(",")
     return out
 
 
@@ -135,7 +138,9 @@ class Pipeline:
     :meth:`start` (or :meth:`spawn`).
 
     ``security``: per stage, the settings it uses on both clusters (that stage then gets its own configuration
-    file, ``replmon-<stage>.yaml``); by default none (PLAINTEXT). ``collector_metrics_port``: a free port by
+    file, ``replmon-<stage>.yaml``); by default none (PLAINTEXT). ``servers``: per stage with security settings,
+    the bootstrap servers it uses on both clusters, when not theirs by default (a secure local cluster's
+    mutual-TLS listeners). ``collector_metrics_port``: a free port by
     default. ``overrides``: settings by section that replace the harness's (e.g. ``{"collector": {"interval_s":
     5.0}}``)."""
 
@@ -143,7 +148,7 @@ class Pipeline:
                  cluster_name: str = "local", topic_names: str = "replmon", topic_partitions: int = 2,
                  stale_after_s: float = 120, hw_stalled_after_s: float = 120,
                  collector_metrics_port: int | None = None, security: Mapping[str, SecurityConfig] | None = None,
-                 new_session: bool = False, cwd: Path | None = None,
+                 servers: Mapping[str, str] | None = None, new_session: bool = False, cwd: Path | None = None,
                  overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         self.root = root
         self.cluster = watched
@@ -164,7 +169,8 @@ class Pipeline:
         self.quarantine_topic: str = transport_settings["quarantine_topic"]
         self.config = write_config(root / "replmon.yaml", self.settings)
         self.configs: dict[str, Path] = {
-            stage: write_config(root / f"replmon-{stage}.yaml", with_security(self.settings, sec))
+            stage: write_config(root / f"replmon-{stage}.yaml",
+                                with_security(self.settings, sec, (servers or {}).get(stage)))
             for stage, sec in (security or {}).items()}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.restarts: dict[str, int] = {}

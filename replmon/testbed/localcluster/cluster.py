@@ -53,6 +53,8 @@ class NodeSpec(BaseModel):
     port: int
     dir: Path
     pid: int | None = None
+    mtls_port: int | None = None
+    """A secure cluster's broker: the port of its mutual-TLS listener (:mod:`.secure`)."""
 
     @property
     def config_file(self) -> Path:
@@ -275,12 +277,13 @@ class LocalCluster:
             raise ReplmonError(f"{cdir} is not empty and holds no replmon cluster: choose another --dir")
         cdir.mkdir(parents=True, exist_ok=True)
         ports: set[int] = set()
-        while len(ports) < brokers + 1:
+        while len(ports) < (brokers + 1) * (2 if secure_ else 1):
             ports.add(free_port())
         port_list = sorted(ports)
         nodes = [NodeSpec(node_id=properties.CONTROLLER_ID, role=NodeRole.CONTROLLER, port=port_list[0],
                           dir=cdir / "controller")]
-        nodes += [NodeSpec(node_id=i, role=NodeRole.BROKER, port=port_list[i], dir=cdir / f"broker-{i}")
+        nodes += [NodeSpec(node_id=i, role=NodeRole.BROKER, port=port_list[i], dir=cdir / f"broker-{i}",
+                           mtls_port=port_list[brokers + i] if secure_ else None)
                   for i in range(1, brokers + 1)]
         spec = ClusterSpec(dir=cdir, cluster_id=new_cluster_id(), kafka_version=artifacts.KAFKA_VERSION,
                            nodes=nodes, broker_overrides={**properties.sized_defaults(brokers), **overrides},
@@ -301,7 +304,7 @@ class LocalCluster:
             else:
                 props = properties.broker_properties(node.node_id, node.port, controller.port, node.data_dir,
                                                      self.spec.broker_overrides)
-                props.update(secure.broker_props(sec, node.port) if sec else {})
+                props.update(secure.broker_props(sec, node.port, node.mtls_port) if sec else {})
             if sec is None:
                 node.config_file.write_text(properties.render(props))
             else:  # it holds the inter-broker password
@@ -402,6 +405,16 @@ class LocalCluster:
         return _addresses(n for n in self.spec.nodes if n.role == NodeRole.BROKER)
 
     @property
+    def mtls_bootstrap_servers(self) -> str:
+        """A secure cluster's mutual-TLS listeners (clients authenticated by certificate:
+        ``client_security(user, mtls=True)``)."""
+        brokers = [n for n in self.spec.nodes if n.role == NodeRole.BROKER]
+        if self.spec.security is None or any(n.mtls_port is None for n in brokers):
+            raise ReplmonError(f"the local cluster in {self.spec.dir} has no mutual-TLS listener: it is not secure, "
+                               "or was created before such listeners")
+        return ",".join(f"127.0.0.1:{n.mtls_port}" for n in brokers)
+
+    @property
     def live_bootstrap_servers(self) -> str:
         """The brokers running now (neither stopped nor paused), for a short-lived client during a fault; all of
         them when none runs. kafka-python picks a bootstrap server at random and waits out a dead one's growing
@@ -471,12 +484,12 @@ class LocalCluster:
             name = self.protocol
         return f"{name}://127.0.0.1:{node.port}"
 
-    def client_security(self, user: str | None = None) -> SecurityConfig:
+    def client_security(self, user: str | None = None, mtls: bool = False) -> SecurityConfig:
         """replmon's security settings for ``user`` (default: the admin) on this cluster; PLAINTEXT when the
-        cluster is not secure."""
+        cluster is not secure. ``mtls``: by the user's client certificate, for :attr:`mtls_bootstrap_servers`."""
         if self.spec.security is None:
             return SecurityConfig()
-        return secure.client_security(self.spec.security, user or self.spec.security.admin_user)
+        return secure.client_security(self.spec.security, user or self.spec.security.admin_user, mtls)
 
     def admin_client(self, request_timeout_ms: int = 3000, bootstrap_timeout_ms: int = 30_000) -> Any:
         """A kafka-python admin client as the cluster's admin (a super user of a secure cluster)."""

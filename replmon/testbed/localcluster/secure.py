@@ -1,7 +1,9 @@
 """The secure local cluster (``replmon cluster up --secure``): TLS everywhere, SCRAM users, ACLs enforced.
 
-* Brokers listen on ``SASL_SSL`` only (SCRAM-SHA-512 over TLS), for clients and between brokers (user
-  ``admin``).
+* Brokers listen on ``SASL_SSL`` (SCRAM-SHA-512 over TLS), for clients and between brokers (user ``admin``),
+  and on a second listener, ``MTLS``: ``SSL`` with client certificates required, for clients that authenticate by
+  certificate alone (mutual TLS). A certificate's subject ``CN=<user>`` is the principal ``User:<user>``, so
+  the same grants apply whichever way a user logs in.
 * The controller listener is ``SSL`` with client certificates required: a broker authenticates to the controller
   with the node certificate (principal ``User:CN=replmon-local-node``). SCRAM cannot serve there: SCRAM
   credentials live in the metadata log that the controller serves.
@@ -11,8 +13,10 @@
   passwords computed here, so no password appears on a command line.
 
 The cluster directory's ``security/`` folder holds what a client needs (mode 0600 where secret): ``ca.pem`` (the
-CA to trust), ``node.pem`` (the nodes' PEM keystore), ``users.json`` (user -> password) and one Java client
-properties file per user (``<user>.properties``, usable with kafka-acls.sh ``--command-config``).
+CA to trust), ``node.pem`` (the nodes' PEM keystore), ``users.json`` (user -> password), one Java client
+properties file per user (``<user>.properties``, usable with kafka-acls.sh ``--command-config``) and per user a
+client certificate (``<user>.crt.pem``) and its private key (``<user>.key.pem``, encrypted with the user's
+password).
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ from replmon.core.security import Role
 from replmon.testbed.localcluster import tls
 
 PROTOCOL = "SASL_SSL"
+MTLS_LISTENER = "MTLS"
+MTLS_PROTOCOL = "SSL"
+PRINCIPAL_MAPPING = "RULE:^CN=([^,]+)$/$1/,DEFAULT"
+"""A client certificate's subject ``CN=<user>`` (and nothing else) is the principal ``User:<user>``."""
 MECHANISM = "SCRAM-SHA-512"
 ADMIN_USER = "admin"
 USERS = (ADMIN_USER, *(str(r) for r in Role))
@@ -51,6 +59,10 @@ class LocalSecurity(BaseModel):
     users: dict[str, Path]
     """User -> its Java client properties file."""
     admin_user: str = ADMIN_USER
+    certificates: dict[str, Path] = {}
+    """User -> its client certificate chain (PEM), for the ``MTLS`` listener."""
+    keys: dict[str, Path] = {}
+    """User -> the certificate's private key (PEM, encrypted with the user's password)."""
 
 
 def write_secret(path: Path, data: bytes | str) -> None:
@@ -72,7 +84,13 @@ def create(cluster_dir: Path) -> LocalSecurity:
     write_secret(sdir / "users.json", json.dumps(passwords, indent=2) + "\n")
     spec = LocalSecurity(ca_file=sdir / "ca.pem", keystore_file=sdir / "node.pem",
                          credentials_file=sdir / "users.json",
-                         users={user: sdir / f"{user}.properties" for user in USERS})
+                         users={user: sdir / f"{user}.properties" for user in USERS},
+                         certificates={user: sdir / f"{user}.crt.pem" for user in USERS},
+                         keys={user: sdir / f"{user}.key.pem" for user in USERS})
+    for user in USERS:
+        chain, key = tls.client_certificate(ca, user, passwords[user])
+        spec.certificates[user].write_bytes(chain)
+        write_secret(spec.keys[user], key)
     for user, path in spec.users.items():
         write_secret(path, "".join(f"{k}={v}\n" for k, v in client_security(spec, user).java_client().items()))
     return spec
@@ -88,8 +106,15 @@ def password(spec: LocalSecurity, user: str) -> str:
     return str(passwords[user])
 
 
-def client_security(spec: LocalSecurity, user: str = ADMIN_USER) -> SecurityConfig:
-    """replmon's security settings for ``user`` on this cluster."""
+def client_security(spec: LocalSecurity, user: str = ADMIN_USER, mtls: bool = False) -> SecurityConfig:
+    """replmon's security settings for ``user`` on this cluster: SCRAM, or with ``mtls`` its client certificate
+    (for the ``MTLS`` listener)."""
+    if mtls:
+        if user not in spec.certificates:
+            raise ReplmonError(f"the local cluster has no client certificate for {user!r}: it was created before "
+                               "client certificates; create it again (replmon cluster down --purge; up --secure)")
+        return SecurityConfig(protocol=MTLS_PROTOCOL, ssl_cafile=spec.ca_file, ssl_certfile=spec.certificates[user],
+                              ssl_keyfile=spec.keys[user], ssl_key_password=SecretStr(password(spec, user)))
     return SecurityConfig(protocol=PROTOCOL, sasl_mechanism=MECHANISM, username=user,
                           password=SecretStr(password(spec, user)), ssl_cafile=spec.ca_file)
 
@@ -127,14 +152,18 @@ def controller_props(spec: LocalSecurity) -> dict[str, str]:
             **_tls_props(spec), **_authorizer_props(spec)}
 
 
-def broker_props(spec: LocalSecurity, port: int) -> dict[str, str]:
-    """Overrides of a broker's properties."""
+def broker_props(spec: LocalSecurity, port: int, mtls_port: int | None = None) -> dict[str, str]:
+    """Overrides of a broker's properties; with ``mtls_port``, the ``MTLS`` listener there."""
     user, secret = spec.admin_user, password(spec, spec.admin_user)
+    listeners = f"{PROTOCOL}://127.0.0.1:{port}" + (f",{MTLS_LISTENER}://127.0.0.1:{mtls_port}" if mtls_port else "")
+    mtls = {f"listener.name.{MTLS_LISTENER.lower()}.ssl.client.auth": "required",
+            "ssl.principal.mapping.rules": PRINCIPAL_MAPPING} if mtls_port else {}
     return {
-        "listeners": f"{PROTOCOL}://127.0.0.1:{port}",
-        "advertised.listeners": f"{PROTOCOL}://127.0.0.1:{port}",
+        "listeners": listeners,
+        "advertised.listeners": listeners,
         "inter.broker.listener.name": PROTOCOL,
-        "listener.security.protocol.map": f"{PROTOCOL}:{PROTOCOL},CONTROLLER:SSL",
+        "listener.security.protocol.map": f"{PROTOCOL}:{PROTOCOL},{MTLS_LISTENER}:{MTLS_PROTOCOL},CONTROLLER:SSL",
+        **mtls,
         "sasl.enabled.mechanisms": MECHANISM,
         "sasl.mechanism.inter.broker.protocol": MECHANISM,
         f"listener.name.{PROTOCOL.lower()}.{MECHANISM.lower()}.sasl.jaas.config":

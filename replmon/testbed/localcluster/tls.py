@@ -82,3 +82,19 @@ def node_keystore(ca: Authority, common_name: str = NODE_SUBJECT,
     key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
     return key_pem + cert.public_bytes(serialization.Encoding.PEM) + ca.cert_pem
+
+
+def client_certificate(ca: Authority, common_name: str, key_password: str) -> tuple[bytes, bytes]:
+    """A client certificate for mutual TLS, subject ``CN=<common_name>``: its PEM chain (the certificate, then the
+    CA's) and its private key, PKCS#8 encrypted with ``key_password``, as an operator's key usually is."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder().subject_name(_name(common_name)).issuer_name(ca.cert.subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(_now()).not_valid_after(_now() + VALIDITY)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.key.public_key()), critical=False)
+            .sign(ca.key, hashes.SHA256()))
+    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.BestAvailableEncryption(key_password.encode()))
+    return cert.public_bytes(serialization.Encoding.PEM) + ca.cert_pem, key_pem
