@@ -149,6 +149,28 @@ def _refused(config: ReplmonConfig, role: Role) -> str | None:
     return None
 
 
+def under_min_isr_topic(cluster: LocalCluster, topic: str, messages: int, also: dict[str, bytes] | None = None
+                        ) -> None:
+    """``topic``, one partition, min.insync.replicas 2 on the one broker (under it from the start), holding
+    ``messages`` messages written as the admin; ``also``: one record more to each topic named."""
+    admin = cluster.admin_client(10_000)
+    try:
+        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1,
+                                     "configs": {"min.insync.replicas": "2"}}}, timeout_ms=15_000)
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers, acks=1,
+                             **cluster.client_security().kafka_python())
+    try:
+        for i in range(messages):
+            producer.send(topic, f"m{i}".encode())
+        for other, value in (also or {}).items():
+            producer.send(other, value)
+        producer.flush(timeout=30)
+    finally:
+        producer.close()
+
+
 # ---------------------------------------------------------------------------------------------- the cluster
 def test_secure_cluster_speaks_only_sasl_ssl_and_keeps_secrets_out_of_cluster_json(secure_cluster: LocalCluster,
                                                                                    ) -> None:
@@ -326,21 +348,8 @@ def secure_pipeline(secure_cluster: LocalCluster, tmp_path_factory: pytest.TempP
 def test_least_privilege_users_run_the_pipeline_end_to_end(secure_pipeline: Pipeline,
                                                            secure_cluster: LocalCluster) -> None:
     topic = f"{TOPIC_PREFIX}secure-under-min-isr"
-    admin = secure_cluster.admin_client(10_000)
-    try:
-        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1,
-                                     "configs": {"min.insync.replicas": "2"}}}, timeout_ms=15_000)
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=secure_cluster.bootstrap_servers, acks=1,
-                             **secure_cluster.client_security().kafka_python())
-    try:
-        for i in range(20):
-            producer.send(topic, f"m{i}".encode())
-        producer.send(SAMPLES_TOPIC, b"not a sample")  # to the quarantine, which the job must be able to write
-        producer.flush(timeout=30)
-    finally:
-        producer.close()
+    # and a record to the quarantine, which the job must be able to write
+    under_min_isr_topic(secure_cluster, topic, 20, also={SAMPLES_TOPIC: b"not a sample"})
     p = secure_pipeline
     # the collector described the topic, its offsets and its configs (DESCRIBE, DESCRIBE_CONFIGS) and wrote samples
     # (WRITE); the job read them (READ) and exported them
@@ -370,20 +379,7 @@ def test_client_certificates_alone_authenticate_the_job_its_kafka_source_and_its
                                              "quarantine_topic": f"{QUARANTINE_TOPIC}-mtls"})
     secure_cluster.grant_roles(transport)
     topic = f"{TOPIC_PREFIX}secure-mtls"
-    admin = secure_cluster.admin_client(10_000)
-    try:
-        admin.create_topics({topic: {"num_partitions": 1, "replication_factor": 1,
-                                     "configs": {"min.insync.replicas": "2"}}}, timeout_ms=15_000)
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=secure_cluster.bootstrap_servers, acks=1,
-                             **secure_cluster.client_security().kafka_python())
-    try:
-        for i in range(7):
-            producer.send(topic, f"m{i}".encode())
-        producer.flush(timeout=30)
-    finally:
-        producer.close()
+    under_min_isr_topic(secure_cluster, topic, 7)
     sec = secure_cluster.client_security("job", mtls=True)
     assert sec.protocol == "SSL" and sec.username is None and sec.password is None and sec.ssl_key_password
     job = harness.Pipeline(tmp_path, secure_cluster, secure_cluster, include=[f"{TOPIC_PREFIX}.*"],
