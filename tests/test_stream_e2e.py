@@ -28,17 +28,23 @@ from replmon.testbed.workload import SequencedProducer
 from tests.pipeline import (
     DEADLINE_S,
     OLD_LEADER,
+    OTHER,
     STALE_REPLICA,
     TOPIC_PREFIX,
     Pipeline,
     cause_unclean_loss,
     events_of,
+    line_count,
     of,
+    truncation_offset,
 )
 from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
+TRUNCATION_SEEN_WITHIN_S = 20
+"""From the broker's start command (a JVM start and log recovery, ~5-10 s here) to the agent's sample of its
+truncated log (1 s intervals)."""
 FRESH_S = 4.0
 """How old the job's newest figure of a partition may be here: a 1 s sampling interval, a 1 s trigger, the
 micro-batch itself."""
@@ -133,10 +139,13 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     agents: None, pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
     e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    """tests.pipeline.cause_unclean_loss, the producer writing on throughout: the events, the counters and the
-    alerts hold the consumer's ground truth; the agent beside the dead old leader reads its log and the job
-    reports the divergence before the broker comes back."""
-    loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory)
+    """tests.pipeline.cause_unclean_loss at a tight timing (follower 2 stops ~1.5 s after follower 3, the leader
+    dies ~2 s after that; the chaos test runs random ones), the producer writing on throughout: the events, the
+    counters and the alerts hold the consumer's ground truth; the agent beside the dead old leader reads its log
+    and the job reports the divergence before the broker comes back; back, it truncates where Kafka's own log line
+    says, reported once with Kafka's figure."""
+    loss = cause_unclean_loss(healthy_cluster, kafka_view, e2e_topic, producer_factory, before_second=150,
+                              before_kill=200)
     lost, first, end = loss.lost, loss.lost_offsets[0], loss.lost_offsets[-1] + 1
 
     change = pipeline.wait_event("UNCLEAN LEADER_CHANGE", lambda e: of(e2e_topic, "LEADER_CHANGE")(e)
@@ -148,6 +157,7 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     losses = events_of(pipeline, e2e_topic, "DATA_LOSS")
     assert sum(e["committed_lost"] for e in losses) == len(lost)
     assert (losses[0]["offset_start"], losses[-1]["offset_end"]) == (first, end)
+    assert all(e["previous_leader"] == OLD_LEADER and e["severity"] == "critical" for e in losses)
     assert pipeline.metric("replmon_unclean_leader_elections_total", cluster="local", topic=e2e_topic) == 1
     # once the whole count is scraped the alert's value, the counter itself (a new series), is the loss
     alert = wait_until(lambda: [a for a in prometheus.alerts(DATA_LOSS, "firing", topic=e2e_topic)
@@ -165,6 +175,26 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     assert (divergence["offset_start"], divergence["offset_end"]) == (first, end)
     assert divergence["severity"] == "critical" and divergence["uncommitted_lost"] == 0
     assert healthy_cluster.node_state(OLD_LEADER) == NodeState.STOPPED, "reported before the old leader truncates"
+
+    # Broker 1 back: it truncates where broker 2's log leaves its epoch (its own log line says where), reported
+    # once with Kafka's figure, none of it uncommitted (it led alone), read from its disk within seconds.
+    log = healthy_cluster.node(OLD_LEADER).log_file
+    restart_line = line_count(log)
+    restarted_ms = time.time() * 1000
+    healthy_cluster.start(OLD_LEADER)
+    healthy_cluster.start(OTHER)
+    truncated_to = wait_until(lambda: truncation_offset(log, e2e_topic, restart_line), 60,
+                              "broker 1 to truncate (its log line)")
+    assert truncated_to == first, "where broker 2's log leaves broker 1's epoch"
+    (truncation,) = wait_until(lambda: [e for e in events_of(pipeline, e2e_topic, "LOG_TRUNCATION")
+                                        if e["brokers"] == [OLD_LEADER]], DEADLINE_S, "broker 1's LOG_TRUNCATION")
+    assert (truncation["offset_start"], truncation["offset_end"]) == (truncated_to, end)
+    assert truncation["uncommitted_lost"] == 0
+    seen_after_s = (truncation["event_time_ms"] - restarted_ms) / 1000
+    print(f"LOG_TRUNCATION sampled {seen_after_s:.1f} s after broker 1 was started again")
+    assert seen_after_s < TRUNCATION_SEEN_WITHIN_S, "the agent reads the truncated log within seconds"
+    assert all(e["uncommitted_lost"] == 0 and e["severity"] == "critical"
+               for e in events_of(pipeline, e2e_topic, "EPOCH_DIVERGENCE"))
 
 
 # Panel queries that may legitimately return no data in this run, by the metric that has no series: counters
