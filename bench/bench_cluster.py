@@ -73,6 +73,7 @@ from bench.bench_stream import (  # noqa: E402
     job_arguments,
     loadavg,
     sample_template,
+    shut_down,
 )
 from bench.docsection import write_section  # noqa: E402
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
@@ -436,9 +437,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                       f"({mode['read']:,} read), {mode['executors']} executors; state task "
                       f"{mode['state']['rate']:,.0f} samples/s", flush=True)
     finally:
-        for p in producers:
-            p.stop()
-        cluster.down(purge=True)
+        shut_down(producers, cluster)
     results["load_end"] = loadavg()
     return results
 

@@ -25,7 +25,6 @@ Issue 22 asks for the driver's time and memory per batch flat over this range. P
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import shlex
 import statistics
@@ -40,6 +39,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bench_cluster import transport_config  # noqa: E402
 from bench.bench_stream import (  # noqa: E402
     PER_TOPIC,
     SAMPLES_TOPIC,
@@ -52,11 +52,12 @@ from bench.bench_stream import (  # noqa: E402
     loadavg,
     memory,
     sample_template,
+    shut_down,
     start_producer,
     topic_end,
 )
 from bench.docsection import write_section  # noqa: E402
-from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
+from replmon.core.config import ReplmonConfig, StreamConfig  # noqa: E402
 from replmon.core.kafka_topics import ensure_topic  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster  # noqa: E402
@@ -83,9 +84,7 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
 
     name = f"size-{partitions}"
     config = ReplmonConfig(
-        transport=TransportConfig(bootstrap_servers=bootstrap.split(","), samples_topic=SAMPLES_TOPIC,
-                                  events_topic="bench.events", quarantine_topic="bench.quarantine",
-                                  topic_partitions=6),
+        transport=transport_config(bootstrap),
         stream=StreamConfig(trigger_interval_s=args.trigger, checkpoint_dir=work / name / "checkpoint",
                             history_dir=work / name / "history", starting_offsets="latest",
                             max_offsets_per_trigger=args.backlog_batch, metrics_port=0,
@@ -171,9 +170,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     spark = None
     try:
         bootstrap = cluster.bootstrap_servers
-        base = ReplmonConfig(transport=TransportConfig(bootstrap_servers=bootstrap.split(","),
-                                                       samples_topic=SAMPLES_TOPIC, topic_partitions=6))
-        ensure_topic(base, SAMPLES_TOPIC)
+        ensure_topic(ReplmonConfig(transport=transport_config(bootstrap)), SAMPLES_TOPIC)
         spark = get_session(StreamConfig(spark_conf={"spark.ui.showConsoleProgress": "false"}),
                             app_name="replmon-bench-driver")
         log = ProgressLog()
@@ -192,12 +189,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             figures, cycle = one_size(spark, log, timings, work, bootstrap, size, args, cycle, producers)
             results["sizes"].append(figures)
     finally:
-        for p in producers:
-            p.stop()
-        if spark is not None:
-            with contextlib.suppress(Exception):
-                spark.stop()
-        cluster.down(purge=True)
+        shut_down(producers, cluster, spark)
     results["load_end"] = loadavg()
     return results
 

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -768,16 +768,22 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["cprofile"] = cprofile_top(profile_dir) if args.cprofile else ""
         print(f"memory with {results['tracked']:,} partitions tracked: {results['memory']}", flush=True)
     finally:
-        for p in producers:
-            p.stop()
-        for j in jobs:
-            j.stop()
-        if spark is not None:
-            with contextlib.suppress(Exception):
-                spark.stop()
-        cluster.down(purge=True)
+        shut_down(producers, cluster, spark, jobs)
     results["load_end"] = loadavg()
     return results
+
+
+def shut_down(producers: list[ProducerRun], cluster: LocalCluster, spark: Any = None, jobs: Iterable[Any] = ()
+              ) -> None:
+    """The end of a bench run, also on error: its producers, jobs and Spark session stopped, its cluster gone."""
+    for p in producers:
+        p.stop()
+    for j in jobs:
+        j.stop()
+    if spark is not None:
+        with contextlib.suppress(Exception):
+            spark.stop()
+    cluster.down(purge=True)
 
 
 def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[list[tuple[str, str, str, str]],
