@@ -172,8 +172,8 @@ def under_min_isr_topic(cluster: LocalCluster, topic: str, messages: int, also: 
 
 
 # ---------------------------------------------------------------------------------------------- the cluster
-def test_secure_cluster_speaks_only_sasl_ssl_and_keeps_secrets_out_of_cluster_json(secure_cluster: LocalCluster,
-                                                                                   ) -> None:
+def test_secure_cluster_takes_a_scram_login_or_a_client_certificate_and_keeps_secrets_out_of_cluster_json(
+        secure_cluster: LocalCluster) -> None:
     from kafka.admin import KafkaAdminClient
 
     sec = secure_cluster.spec.security
@@ -194,6 +194,10 @@ def test_secure_cluster_speaks_only_sasl_ssl_and_keeps_secrets_out_of_cluster_js
     assert "(SASL_SSL)" in status.stdout and str(sec.ca_file) in status.stdout
     assert f"mutual TLS (SSL, a user's client certificate) at {secure_cluster.mtls_bootstrap_servers}" in \
         status.stdout.replace("\n", "")
+    record = json.loads(replmon("cluster", "status", "--dir", str(secure_cluster.dir), "--json").stdout)["security"]
+    assert record["mtls_bootstrap_servers"] == secure_cluster.mtls_bootstrap_servers.split(",")
+    assert record["client_certificates"]["job"] == {"certificate": str(sec.certificates["job"]),
+                                                    "key": str(sec.keys["job"])}
     # the mutual-TLS listener takes no client without a certificate, however well it trusts the broker
     with pytest.raises(Exception, match="bootstrap"):
         KafkaAdminClient(bootstrap_servers=secure_cluster.mtls_bootstrap_servers, bootstrap_timeout_ms=3000,

@@ -91,6 +91,9 @@ def status_record(cluster: LocalCluster) -> dict[str, Any]:
             "sasl_mechanism": sec.sasl_mechanism, "ca_file": str(sec.ca_file),
             "credentials_file": str(sec.credentials_file), "admin_user": sec.admin_user,
             "users": {user: str(path) for user, path in sec.users.items()},
+            "mtls_bootstrap_servers": cluster.mtls_bootstrap_servers.split(",") if sec.certificates else None,
+            "client_certificates": {user: {"certificate": str(path), "key": str(sec.keys[user])}
+                                    for user, path in sec.certificates.items()},
         },
     }
 
