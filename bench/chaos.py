@@ -55,6 +55,7 @@ from replmon.testbed.kafka_view import KafkaView, wait_until  # noqa: E402
 from replmon.testbed.localcluster import LocalCluster  # noqa: E402
 from replmon.testbed.workload import (  # noqa: E402
     SequencedProducer,
+    by_sequence,
     committed_unreadable,
     log_held,
     readable_records,
@@ -380,8 +381,7 @@ def consumer_losses(cluster: LocalCluster, chaos: Chaos) -> tuple[dict[str, int]
             held = {r for kept in chaos.dead_leader_logs[t.name] for r in log_held(kept)}
             committed[t.name] = len(committed_unreadable(acknowledged, held, readable))
         else:
-            by_seq = {seq: (partition, offset) for seq, partition, offset in sorted(readable)}
-            acks_one[t.name] = len(unreadable(acknowledged, by_seq))
+            acks_one[t.name] = len(unreadable(acknowledged, by_sequence(readable)))
     return committed, acks_one
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from replmon.testbed.workload import committed_unreadable, unreadable
+from replmon.testbed.workload import by_sequence, committed_unreadable, unreadable
 
 
 def test_a_write_in_flight_when_the_lone_leader_died_is_committed_and_lost_where_it_was() -> None:
@@ -16,7 +16,7 @@ def test_a_write_in_flight_when_the_lone_leader_died_is_committed_and_lost_where
     # offsets 3 and 4 of broker 1's log: seq 3 (acknowledged) and seq 4 (in flight, written again elsewhere)
     assert lost == {(3, 0, 3), (4, 0, 4)}
     # the producer alone sees one: what the consumer's count by acknowledged sequence misses
-    assert unreadable(acknowledged, {s: (p, o) for s, p, o in readable}) == {3}
+    assert unreadable(acknowledged, by_sequence(readable)) == {3}
 
 
 def test_only_offsets_the_consumer_read_past_are_judged() -> None:

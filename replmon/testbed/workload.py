@@ -223,9 +223,13 @@ def readable_records(
 def readable_sequences(
     bootstrap_servers: str, topic: str, partitions: Iterable[int] = (0,), timeout_s: float = 30.0, **client: Any
 ) -> dict[int, tuple[int, int]]:
-    """Every message a consumer can read now: seq -> (partition, offset) (the last, where it is there twice)."""
-    return {seq: (partition, offset) for seq, partition, offset
-            in sorted(readable_records(bootstrap_servers, topic, partitions, timeout_s, **client))}
+    """Every message a consumer can read now: seq -> (partition, offset) (:func:`by_sequence`)."""
+    return by_sequence(readable_records(bootstrap_servers, topic, partitions, timeout_s, **client))
+
+
+def by_sequence(records: Iterable[Record]) -> dict[int, tuple[int, int]]:
+    """seq -> (partition, offset) of ``records``; the last offset of a message that is there twice."""
+    return {seq: (partition, offset) for seq, partition, offset in sorted(records)}
 
 
 def log_held(partition_dir: Path, partition: int = 0) -> set[Record]:
@@ -241,9 +245,7 @@ def committed_unreadable(acknowledged: dict[int, tuple[int, int]], held_alone: I
     Committed: what an acks=all producer saw acknowledged, and ``held_alone``, every record of a leader that died
     alone in the ISR with min.insync.replicas 1 (read from its log: it had committed all it appended, a write in
     flight at the kill too, which its producer never saw acknowledged, and may have written again elsewhere)."""
-    ends: dict[int, int] = {}
-    for _, partition, offset in readable:
-        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    ends = _read_ends((partition, offset) for _, partition, offset in readable)
     committed = {(seq, partition, offset) for seq, (partition, offset) in acknowledged.items()} | set(held_alone)
     return {r for r in committed if r not in readable and r[2] < ends.get(r[1], 0)}
 
@@ -251,8 +253,14 @@ def committed_unreadable(acknowledged: dict[int, tuple[int, int]], held_alone: I
 def unreadable(acknowledged: dict[int, tuple[int, int]], readable: dict[int, tuple[int, int]]) -> set[int]:
     """The acknowledged sequences a consumer no longer finds, among those acknowledged at offsets it read past
     (a message acknowledged after the read is not judged)."""
-    ends: dict[int, int] = {}
-    for partition, offset in readable.values():
-        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    ends = _read_ends(readable.values())
     return {seq for seq, (partition, offset) in acknowledged.items()
             if seq not in readable and offset < ends.get(partition, 0)}
+
+
+def _read_ends(positions: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Per partition, the end of what a consumer read: one past the highest offset it read there."""
+    ends: dict[int, int] = {}
+    for partition, offset in positions:
+        ends[partition] = max(ends.get(partition, 0), offset + 1)
+    return ends

@@ -412,7 +412,7 @@ class LocalCluster:
         if self.spec.security is None or any(n.mtls_port is None for n in brokers):
             raise ReplmonError(f"the local cluster in {self.spec.dir} has no mutual-TLS listener: it is not secure, "
                                "or was created before such listeners")
-        return ",".join(f"127.0.0.1:{n.mtls_port}" for n in brokers)
+        return _addresses(brokers, mtls=True)
 
     @property
     def live_bootstrap_servers(self) -> str:
@@ -635,9 +635,9 @@ class LocalCluster:
         return json.loads(self.spec.model_dump_json())
 
 
-def _addresses(nodes: Iterable[NodeSpec]) -> str:
-    """A bootstrap list: the loopback address of each node's port."""
-    return ",".join(f"127.0.0.1:{n.port}" for n in nodes)
+def _addresses(nodes: Iterable[NodeSpec], mtls: bool = False) -> str:
+    """A bootstrap list: the loopback address of each node's port (``mtls``: of its mutual-TLS listener)."""
+    return ",".join(f"127.0.0.1:{n.mtls_port if mtls else n.port}" for n in nodes)
 
 
 def _wait_stopped(pid: int, stopped: bool, timeout_s: float) -> None:
