@@ -107,7 +107,8 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
     # the producer writes on to the new leader: its log soon passes where the old one ended
     wait_until(lambda: view.high_watermark(topic) > old_log_end + 100, 60, "the new leader's log past the old one")
     held = log_held(cluster.broker_log_dir(OLD_LEADER) / f"{topic}-0")  # all committed: it led alone
-    lost = committed_unreadable(producer.acknowledged(), held, readable_records(cluster.live_bootstrap_servers, topic))
+    lost = committed_unreadable(producer.committed_acknowledged(), held,
+                                readable_records(cluster.live_bootstrap_servers, topic))
     assert lost, "the scenario lost committed messages"
     return UncleanLoss(lost, sorted(offset for _, _, offset in lost))
 

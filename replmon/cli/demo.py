@@ -396,10 +396,11 @@ class Demo:
         self.wait_event(loss, of(topic, "DATA_LOSS"))
         self.wait_for(f"the producer's writes on broker {stale} past where broker {leader}'s log ended",
                       lambda: self.high_watermark(topic) > old_end)
-        # committed: what the producer saw acknowledged, and all the old leader held (it led alone; a write in
-        # flight at the kill is committed and was never acknowledged), read from its disk before it comes back
+        # committed: all the old leader held (it led alone; a write in flight at the kill is committed and was
+        # never acknowledged), read from its disk before it comes back. Not what the acks=1 producer saw
+        # acknowledged: a write the leader of step 3 acknowledged alone and died with was never committed.
         held = log_held(cluster.broker_log_dir(leader) / f"{topic}-0")
-        lost = committed_unreadable(producer.acknowledged(), held,
+        lost = committed_unreadable(producer.committed_acknowledged(), held,
                                     readable_records(cluster.live_bootstrap_servers, topic))
 
         def replmon_says() -> int:
@@ -408,8 +409,11 @@ class Demo:
         with contextlib.suppress(ReplmonError):  # the old leader's disk may add a last part
             self.wait_for("replmon's count of the loss", lambda: replmon_says() >= len(lost), 30)
         loss.note = f"{len(lost)} committed messages unreadable; replmon: {replmon_says()} committed lost"
-        self.say(f"a consumer can no longer read {len(lost)} committed messages; replmon reports "
-                 f"committed_lost={replmon_says()}")
+        offsets = sorted(offset for _, _, offset in lost)
+        where = f" (offsets {offsets[0]} to {offsets[-1]})" if offsets else ""
+        ended = max((offset for _, _, offset in held), default=-1) + 1
+        self.say(f"a consumer can no longer read {len(lost)} committed messages{where}; replmon reports "
+                 f"committed_lost={replmon_says()}; broker {leader}'s log ended at offset {ended}")
         self.show_table()
         self.say("bringing every broker back")
         for b in (leader, other):

@@ -56,6 +56,7 @@ class SequencedProducer:
     ) -> None:
         self.topic = topic
         self.partition = partition
+        self.acks = acks
         self.interval_s = interval_s
         self.ack = Acknowledged()
         self._lock = threading.Lock()
@@ -167,6 +168,10 @@ class SequencedProducer:
         with self._lock:
             return dict(self.ack.offsets)
 
+    def committed_acknowledged(self) -> dict[int, tuple[int, int]]:
+        """The acknowledgements that prove their message committed (:func:`proven_committed`)."""
+        return proven_committed(self.acknowledged(), self.acks)
+
     def wait_acknowledged(self, count: int, timeout_s: float = 30.0) -> None:
         """Wait until at least ``count`` more messages than now are acknowledged."""
         target = len(self.acknowledged()) + count
@@ -182,13 +187,22 @@ class SequencedProducer:
         self._running.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        with contextlib.suppress(Exception):
-            self._producer.close(timeout=5)
+        _close_quietly(self._producer, 5)
 
 
 def _close_quietly(producer: KafkaProducer, timeout_s: float) -> None:
-    with contextlib.suppress(Exception):
+    """Close, aborting what is still pending after ``timeout_s``. kafka-python's close raises from its flush while
+    sends are pending and then never marks the producer closed: its ``__del__`` fails the same way at exit and
+    Python prints the traceback. Its sender is stopped here as close itself stops it after a timeout."""
+    try:
         producer.close(timeout=timeout_s)
+    except Exception:
+        sender = getattr(producer, "_sender", None)
+        with contextlib.suppress(Exception):
+            if sender is not None:
+                sender.force_close()
+                sender.join(timeout_s)
+        producer._closed = True
 
 
 Record = tuple[int, int, int]
@@ -238,13 +252,22 @@ def log_held(partition_dir: Path, partition: int = 0) -> set[Record]:
     return {(int(value), partition, offset) for offset, value in log_records(partition_dir).items()}
 
 
+def proven_committed(acknowledged: dict[int, tuple[int, int]], acks: int | str) -> dict[int, tuple[int, int]]:
+    """The acknowledgements of a producer with Kafka's ``acks`` setting that prove their message committed: all of
+    an acks=all producer's (min.insync.replicas had it), none of an acks=0 or 1 producer's (the leader answers
+    before any follower has the message: a clean election discards it if the leader dies first, and it was never
+    committed)."""
+    return dict(acknowledged) if str(acks) in ("all", "-1") else {}
+
+
 def committed_unreadable(acknowledged: dict[int, tuple[int, int]], held_alone: Iterable[Record],
                          readable: set[Record]) -> set[Record]:
     """The committed records a consumer no longer finds where they were, among the offsets it read past.
 
-    Committed: what an acks=all producer saw acknowledged, and ``held_alone``, every record of a leader that died
-    alone in the ISR with min.insync.replicas 1 (read from its log: it had committed all it appended, a write in
-    flight at the kill too, which its producer never saw acknowledged, and may have written again elsewhere)."""
+    Committed: what an acks=all producer saw acknowledged (:func:`proven_committed`), and ``held_alone``, every
+    record of a leader that died alone in the ISR with min.insync.replicas 1 (read from its log: it had committed
+    all it appended, a write in flight at the kill too, which its producer never saw acknowledged, and may have
+    written again elsewhere)."""
     ends = _read_ends((partition, offset) for _, partition, offset in readable)
     committed = {(seq, partition, offset) for seq, (partition, offset) in acknowledged.items()} | set(held_alone)
     return {r for r in committed if r not in readable and r[2] < ends.get(r[1], 0)}
