@@ -1,6 +1,6 @@
 """Prometheus exposition of the job, served by the driver (prometheus-client).
 
-The driver keeps the newest metrics row of every partition (a pandas table updated in foreachBatch) and turns it
+The driver keeps the newest metrics row of every partition (columns updated in place in foreachBatch) and turns it
 into series at scrape time: per-partition and per-replica series for at most ``series_budget`` partitions,
 unhealthy first, and aggregates per cluster, broker and topic for all of them. Counters (events, lost messages,
 quarantined samples) only ever grow and are fed from rows already de-duplicated by event id.
@@ -157,22 +157,84 @@ def partition_families(table: pd.DataFrame) -> list[Metric]:
     return list(fams.values())
 
 
-def _replaced(table: pd.DataFrame, rows_at: np.ndarray, rows: pd.DataFrame) -> pd.DataFrame:
-    """A copy of ``table`` with its rows at the positions ``rows_at`` replaced by ``rows`` (the same columns). A
-    column whose values need another type (an integer column meets a null: float) takes the type of both."""
-    if len(rows_at) == 0:
-        return table
-    columns: dict[str, Any] = {}
-    for name in table.columns:
-        old, values = table[name].to_numpy(), rows[name].to_numpy()
-        if old.dtype != values.dtype:
-            common = np.result_type(old.dtype, values.dtype) if old.dtype.kind in "biuf" and \
-                values.dtype.kind in "biuf" else np.dtype(object)
-            old, values = old.astype(common), values.astype(common)
-        column = old.copy()
-        column[rows_at] = values
-        columns[name] = column
-    return pd.DataFrame(columns, index=table.index)
+def _common(old: np.ndarray, values: np.ndarray) -> np.dtype[Any]:
+    """The type a column takes to hold both its values and new ones: the wider number, else object."""
+    if old.dtype == values.dtype:
+        return old.dtype
+    if old.dtype.kind in "biuf" and values.dtype.kind in "biuf":
+        return np.result_type(old.dtype, values.dtype)
+    return np.dtype(object)
+
+
+class PartitionTable:
+    """The newest metrics row of each partition, as columns changed in place: a batch's rows go where their
+    partitions' rows are (found through a key index whose hash table is built once), new partitions after the
+    last row, into arrays that grow by doubling. A batch costs what its rows cost, whatever the table holds; only
+    a column that must change type (an integer column meets a null: float) is copied whole, once.
+    Not thread-safe: :class:`JobExporter` holds its lock around every call."""
+
+    def __init__(self) -> None:
+        self._columns: dict[str, np.ndarray] = {}
+        self._size = 0
+        self._keys = pd.MultiIndex.from_tuples([], names=KEY)
+
+    def __len__(self) -> int:
+        return self._size
+
+    def update(self, rows: pd.DataFrame) -> None:
+        """Each partition's newest row (by ``sample_time_ms``; on a tie, the later row) replaces its older one."""
+        if rows.empty:
+            return
+        new = rows.sort_values("sample_time_ms", kind="stable").drop_duplicates(subset=KEY, keep="last")
+        keys = pd.MultiIndex.from_frame(new[KEY])
+        if not self._columns:
+            self._columns = {name: new[name].to_numpy().copy() for name in new.columns}
+            self._size, self._keys = len(new), keys
+            return
+        position = self._keys.get_indexer(keys)
+        seen = position >= 0
+        times = new["sample_time_ms"].to_numpy()
+        replace = seen.copy()
+        replace[seen] = times[seen] >= self._columns["sample_time_ms"][position[seen]]
+        added = ~seen
+        self._reserve(self._size + int(added.sum()))
+        at = np.concatenate([position[replace], np.arange(self._size, self._size + int(added.sum()))])
+        take = np.concatenate([np.flatnonzero(replace), np.flatnonzero(added)])
+        if len(at):
+            for name, column in self._columns.items():
+                values = new[name].to_numpy()[take]
+                dtype = _common(column, values)
+                if dtype != column.dtype:
+                    column = self._columns[name] = column.astype(dtype)
+                column[at] = values
+        if added.any():
+            self._keys = self._keys.append(keys[added])
+            self._size += int(added.sum())
+
+    def _reserve(self, size: int) -> None:
+        capacity = len(next(iter(self._columns.values())))
+        if size <= capacity:
+            return
+        capacity = max(size, 2 * capacity)
+        for name, column in self._columns.items():
+            grown = np.empty(capacity, dtype=column.dtype)
+            if column.dtype.kind == "O":
+                grown[:] = None
+            grown[:self._size] = column[:self._size]
+            self._columns[name] = grown
+
+    def frame(self) -> pd.DataFrame:
+        """A copy of the table as a frame (the scrape's: later batches do not change it)."""
+        if not self._columns:
+            return pd.DataFrame()
+        return pd.DataFrame({name: column[:self._size].copy() for name, column in self._columns.items()})
+
+    def clusters(self) -> dict[str, int]:
+        """How many partitions each cluster has."""
+        if not self._columns:
+            return {}
+        names, counts = np.unique(self._columns["cluster"][:self._size].astype(str), return_counts=True)
+        return {str(n): int(c) for n, c in zip(names, counts, strict=True)}
 
 
 class JobExporter(Collector):
@@ -182,9 +244,7 @@ class JobExporter(Collector):
         self.series_budget = series_budget
         self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
-        self._table = pd.DataFrame()
-        self._keys = pd.MultiIndex.from_tuples([], names=KEY)
-        """The table's partitions, row for row: where a batch's rows go (its hash table is built once)."""
+        self._table = PartitionTable()
         self._counters: dict[str, Counter[tuple[str, ...]]] = {
             s.name: Counter() for s in CATALOG if s.type == "counter"}
         self._job: dict[str, float] = {}
@@ -193,33 +253,12 @@ class JobExporter(Collector):
 
     # ---- updates (driver, foreachBatch / listener) ----
     def update_partitions(self, rows: pd.DataFrame) -> None:
-        """Each partition's newest row (by ``sample_time_ms``; on a tie, the later row) replaces its older one.
-
-        A micro-batch's rows are put in place of their partitions' rows, found through ``_keys``, and new partitions
-        are appended: the cost follows the batch, not the table (merging and deduplicating the whole table took
-        0.13 s per 20,000-row batch with 100,000 partitions tracked, 0.33 s with 300,000). Only the batch handler
-        calls this; a scrape reads the table it finds (never changed in place) under the lock."""
-        if rows.empty:
-            return
-        new = rows.sort_values("sample_time_ms", kind="stable").drop_duplicates(subset=KEY, keep="last")
-        keys = pd.MultiIndex.from_frame(new[KEY])
+        """Each partition's newest row (by ``sample_time_ms``; on a tie, the later row) replaces its older one, in
+        place (:class:`PartitionTable`): the cost follows the batch, not the table (copying the table, as the
+        scrape reads it, on each batch took 0.18 s per 20,000-row batch with 300,000 partitions tracked). A scrape
+        copies the table under the lock instead: a scrape a few times a minute, a batch every trigger."""
         with self._lock:
-            table, index = self._table, self._keys
-        if table.empty:
-            table, index = new.reset_index(drop=True), keys
-        else:
-            position = index.get_indexer(keys)
-            seen = position >= 0
-            times = new["sample_time_ms"].to_numpy()
-            replace = seen.copy()
-            replace[seen] = times[seen] >= table["sample_time_ms"].to_numpy()[position[seen]]
-            table = _replaced(table, position[replace], new[replace])
-            added = ~seen
-            if added.any():
-                table = pd.concat([table, new[added][list(table.columns)]], ignore_index=True)
-                index = index.append(keys[added])
-        with self._lock:
-            self._table, self._keys = table, index
+            self._table.update(rows)
 
     def count_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:
@@ -253,17 +292,16 @@ class JobExporter(Collector):
     def partitions_per_cluster(self) -> dict[str, int]:
         """How many partitions each cluster has in the table."""
         with self._lock:
-            table = self._table
-        return {} if table.empty else {str(k): int(v) for k, v in table.groupby("cluster").size().items()}
+            return self._table.clusters()
 
     def snapshot(self) -> pd.DataFrame:
         with self._lock:
-            return self._table.copy()
+            return self._table.frame()
 
     # ---- exposition ----
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            table = self._table
+            table = self._table.frame()
             counters = {name: dict(c) for name, c in self._counters.items()}
             job = dict(self._job)
         exported = budgeted(table, self.series_budget) if not table.empty else table

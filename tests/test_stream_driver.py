@@ -206,13 +206,14 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
 
 def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch() -> None:
     """Against the plain rule, the whole table and the batch merged and deduplicated: older rows never replace
-    newer ones, a tie goes to the later row, new partitions join, and a column that meets a null (an integer column
-    becoming float) keeps every value."""
+    newer ones, a tie goes to the later row, new partitions join (the columns grow), and a column that meets a null
+    (an integer column becoming float) keeps every value."""
     rng = random.Random(7)
     exporter = JobExporter(series_budget=100)
     expected = pd.DataFrame()
     for batch in range(30):
-        rows = metrics_rows(40, unhealthy=set()).sample(n=rng.randint(1, 40), random_state=batch)
+        rows = metrics_rows(40, unhealthy=set(rng.sample(range(40), 10))).sample(n=rng.randint(1, 40),
+                                                                                  random_state=batch)
         rows = rows.assign(partition=[rng.randrange(60) for _ in range(len(rows))],
                            sample_time_ms=[rng.randrange(5) * 1_000 for _ in range(len(rows))],
                            hw_lag=[rng.randrange(100) for _ in range(len(rows))])
@@ -229,6 +230,8 @@ def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch()
         assert got[["partition", "sample_time_ms", "hw_lag"]].equals(expected[["partition", "sample_time_ms",
                                                                                 "hw_lag"]])
         assert got["high_watermark"].fillna(-1).tolist() == expected["high_watermark"].fillna(-1).tolist()
+        for column in ("isr", "follower_lag", "under_replicated", "health"):  # lists, maps, flags: whole
+            assert got[column].tolist() == expected[column].tolist(), column
     assert len(got) > 40  # partitions joined after the first batch
 
 
