@@ -8,6 +8,7 @@ quarantined samples) only ever grow and are fed from rows already de-duplicated 
 
 from __future__ import annotations
 
+import itertools
 import threading
 import urllib.request
 from collections import Counter
@@ -99,32 +100,69 @@ def aggregate_families(table: pd.DataFrame) -> list[Metric]:
     return list(fams.values())
 
 
+def _flat(cells: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The items of a column of lists (lists, tuples or arrays; None: empty) as one array, with the row each
+    came from."""
+    lists = [() if c is None else c for c in cells]
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    items = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    return items, np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
+
+
+def _flat_map(cells: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The entries of a column of maps (dicts or lists of pairs; None: empty) as keys, values (a null value: 0) and
+    the row each came from."""
+    maps = [{} if c is None else c if isinstance(c, dict) else dict(c) for c in cells]
+    lengths = np.fromiter(map(len, maps), dtype=np.int64, count=len(maps))
+    count = int(lengths.sum())
+    keys = np.fromiter(itertools.chain.from_iterable(maps), dtype=np.int64, count=count)
+    values = np.array(list(itertools.chain.from_iterable(m.values() for m in maps)), dtype=np.float64)  # None: NaN
+    values = np.nan_to_num(values, nan=0.0).astype(np.int64)
+    return keys, values, np.repeat(np.arange(len(maps), dtype=np.int64), lengths)
+
+
+def _pair_keys(rows: np.ndarray, brokers: np.ndarray) -> np.ndarray:
+    """One int64 per (row, broker id): broker ids are 31-bit, rows far fewer than 2^32."""
+    return (rows << 32) | (brokers & 0xFFFFFFFF)
+
+
+def _lookup(keys: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray) -> np.ndarray:
+    """``table_values`` at ``keys`` (0 where a key is absent)."""
+    if len(table_keys) == 0:
+        return np.zeros(len(keys), dtype=np.int64)
+    order = np.argsort(table_keys, kind="stable")
+    sorted_keys = table_keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return np.where(sorted_keys[at] == keys, table_values[order][at], 0)
+
+
 def _broker_counts(table: pd.DataFrame) -> dict[tuple[str, int], Counter[str]]:
-    """Per (cluster, broker): replicas, leaders, replicas out of the ISR, the largest replica lag. One pass over
-    every partition's replicas on each scrape (300,000 replicas: 0.3 s), counting in plain lists."""
-    acc: dict[tuple[str, int], list[int]] = {}
-    for cluster, leader, replicas, isr, lags, time_lags in zip(
-            table["cluster"], table["leader"], table["replicas"], table["isr"], table["follower_lag"],
-            table["follower_time_lag_ms"], strict=True):
-        in_isr = set(isr) if isr is not None else set()
-        lag_of = dict(lags) if lags is not None else {}
-        time_lag_of = dict(time_lags) if time_lags is not None else {}
-        for broker in replicas if replicas is not None else ():
-            key = (cluster, int(broker))
-            c = acc.get(key)
-            if c is None:
-                c = acc[key] = [0, 0, 0, 0, 0]
-            c[0] += 1
-            c[1] += broker == leader
-            c[2] += broker not in in_isr
-            lag = lag_of.get(broker) or 0
-            if lag > c[3]:
-                c[3] = int(lag)
-            time_lag = time_lag_of.get(broker) or 0
-            if broker in in_isr and time_lag > c[4]:
-                c[4] = int(time_lag)
-    return {key: Counter(replicas=c[0], leaders=c[1], out_of_isr=c[2], max_lag=c[3], max_isr_lag_ms=c[4])
-            for key, c in acc.items()}
+    """Per (cluster, broker): replicas, leaders, replicas out of the ISR, the largest replica lag, the largest lag in
+    seconds of an in-sync replica. Over every partition's replicas at each scrape, as arrays: one row per replica
+    (100,000 partitions of 3 replicas: 0.15 s; counted replica by replica in Python, 0.4 s)."""
+    brokers, rows = _flat(table["replicas"])
+    if len(brokers) == 0:
+        return {}
+    keys = _pair_keys(rows, brokers)
+    isr, isr_rows = _flat(table["isr"])
+    isr_keys = _pair_keys(isr_rows, isr)
+    in_isr = _lookup(keys, isr_keys, np.ones(len(isr_keys), dtype=np.int64)) == 1
+    lag_brokers, lags, lag_rows = _flat_map(table["follower_lag"])
+    lag = _lookup(keys, _pair_keys(lag_rows, lag_brokers), lags)
+    time_brokers, time_lags, time_rows = _flat_map(table["follower_time_lag_ms"])
+    time_lag = np.where(in_isr, _lookup(keys, _pair_keys(time_rows, time_brokers), time_lags), 0)
+    leaders = table["leader"].to_numpy()
+    clusters, names = pd.factorize(table["cluster"])
+    replicas = pd.DataFrame({
+        "cluster": clusters[rows], "broker": brokers,
+        "leader": leaders[rows] == brokers, "out_of_isr": ~in_isr, "lag": lag, "time_lag": time_lag})
+    counts = replicas.groupby(["cluster", "broker"], sort=False).agg(
+        replicas=("broker", "size"), leaders=("leader", "sum"), out_of_isr=("out_of_isr", "sum"),
+        max_lag=("lag", "max"), max_isr_lag_ms=("time_lag", "max"))
+    return {(str(names[cluster]), int(broker)): Counter(replicas=int(c.replicas), leaders=int(c.leaders),
+                                                 out_of_isr=int(c.out_of_isr), max_lag=max(0, int(c.max_lag)),
+                                                 max_isr_lag_ms=max(0, int(c.max_isr_lag_ms)))
+            for (cluster, broker), c in zip(counts.index, counts.itertuples(index=False), strict=True)}
 
 
 def partition_families(table: pd.DataFrame) -> list[Metric]:

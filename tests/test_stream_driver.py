@@ -9,12 +9,13 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from replmon.contracts.metrics import CATALOG
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
-from streaming.exporter import JobExporter, scrape
+from streaming.exporter import JobExporter, _broker_counts, scrape
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
@@ -233,6 +234,47 @@ def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch()
         for column in ("isr", "follower_lag", "under_replicated", "health"):  # lists, maps, flags: whole
             assert got[column].tolist() == expected[column].tolist(), column
     assert len(got) > 40  # partitions joined after the first batch
+
+
+def test_broker_aggregates_over_arrays_are_the_plain_count_of_every_replica() -> None:
+    """Against the rule counted replica by replica: per (cluster, broker) its replicas, the partitions it leads, its
+    replicas out of the ISR, its largest lag, its largest time lag in the ISR; cells as Spark's collect gives them
+    (lists or arrays, maps as dicts or pairs, nulls)."""
+    rng = random.Random(3)
+
+    def plain(table: pd.DataFrame) -> dict[tuple[str, int], dict[str, int]]:
+        out: dict[tuple[str, int], dict[str, int]] = {}
+        for row in table.itertuples(index=False):
+            isr = set(row.isr if row.isr is not None else ())
+            lags = dict(row.follower_lag) if row.follower_lag is not None else {}
+            time_lags = dict(row.follower_time_lag_ms) if row.follower_time_lag_ms is not None else {}
+            for broker in row.replicas if row.replicas is not None else ():
+                c = out.setdefault((row.cluster, int(broker)), dict.fromkeys(
+                    ("replicas", "leaders", "out_of_isr", "max_lag", "max_isr_lag_ms"), 0))
+                c["replicas"] += 1
+                c["leaders"] += broker == row.leader
+                c["out_of_isr"] += broker not in isr
+                c["max_lag"] = max(c["max_lag"], lags.get(broker) or 0)
+                if broker in isr:
+                    c["max_isr_lag_ms"] = max(c["max_isr_lag_ms"], time_lags.get(broker) or 0)
+        return out
+
+    for _ in range(20):
+        rows = []
+        for p in range(rng.randint(1, 60)):
+            replicas = rng.sample(range(1, 7), rng.randint(1, 4))
+            isr = [b for b in replicas if rng.random() < 0.7]
+            lags = {b: (None if rng.random() < 0.1 else rng.randrange(500)) for b in replicas if rng.random() < 0.8}
+            time_lags = {b: rng.randrange(30_000) for b in replicas if rng.random() < 0.8}
+            rows.append({
+                "cluster": rng.choice(["a", "b"]), "partition": p,
+                "leader": rng.choice([*replicas, -1]),
+                "replicas": np.array(replicas) if rng.random() < 0.5 else replicas,
+                "isr": None if rng.random() < 0.05 else np.array(isr, dtype=np.int64) if rng.random() < 0.5 else isr,
+                "follower_lag": None if rng.random() < 0.05 else lags if rng.random() < 0.5 else list(lags.items()),
+                "follower_time_lag_ms": time_lags if rng.random() < 0.5 else list(time_lags.items())})
+        table = pd.DataFrame(rows)
+        assert {k: dict(v) for k, v in _broker_counts(table).items()} == plain(table)
 
 
 def test_everything_exported_is_in_the_catalogue() -> None:
