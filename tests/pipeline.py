@@ -84,7 +84,8 @@ def cause_unclean_loss(cluster: LocalCluster, view: KafkaView, topic: str,
     broker 1, alone in the ISR, commits all it appends; ``before_kill`` acknowledgements later it is SIGKILLed.
     Stale broker 2 is elected uncleanly and the producer moves to it at once. Returns, broker 1 still down, once
     the new leader's log has passed where broker 1's ended: the ground truth is what a consumer can no longer
-    read of what the producer saw acknowledged and of what broker 1's log held (Kafka's dump tool reads it)."""
+    read of what broker 1's log held (Kafka's dump tool reads it; an acks=1 acknowledgement proves nothing
+    committed)."""
     view.create_topic(topic, assignment={0: [OLD_LEADER, STALE_REPLICA, OTHER]},
                       configs={"min.insync.replicas": "1"})
     producer = producer_factory(topic, acks=1, interval_s=0.005)
