@@ -1,7 +1,7 @@
 """The local cluster itself: lifecycle through the CLI, its error messages, and the replication faults it can
 cause, each checked against Kafka's own metadata (replmon.testbed.kafka_view), never against replmon. The unclean
 election under load is tests.pipeline.cause_unclean_loss, which the end-to-end tests run: its loss is what the
-sequenced consumer can no longer read of what the producer saw acknowledged."""
+sequenced consumer can no longer read of what the dead leader's log held."""
 
 from __future__ import annotations
 
