@@ -16,7 +16,9 @@ batches after it are measured, all of ``--backlog-batch`` samples:
 - the batch duration (Spark's progress), for scale;
 - after them: the exporter's table in memory (pandas, deep), the driver process's RSS (cumulative over the sizes,
   which run in one process in increasing order), the driver JVM's heap after GC, and the time one /metrics
-  scrape takes (the median of 5; the aggregates are computed over every partition at each scrape).
+  scrape takes (the median of 5; the aggregates are computed over every partition at each scrape);
+- the executors' state: the state store's memory as Spark reports it (RocksDB's, in the last steady batch's
+  progress) and the size of the checkpoint's state directory (every version Spark keeps, not only the last).
 
 Issue 22 asks for the driver's time and memory per batch flat over this range. Prints a table and writes the
 "## Driver against partitions tracked" section of docs/benchmarks.md and docs/bench_driver.png.
@@ -136,8 +138,10 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
         scrapes = [scrape_s(job.port) for _ in range(SCRAPES)]
         table = job.exporter.snapshot()
         mem = memory(spark)
+        state_memory = sum(op.get("memoryUsedBytes", 0) for op in steady[-1].get("stateOperators", []))
     finally:
         job.stop()
+    state_files = [f for f in (work / name / "checkpoint" / "state").rglob("*") if f.is_file()]
 
     def mean(key: str) -> float:
         return statistics.fmean(t.get(key, 0.0) for t in handler)
@@ -151,7 +155,8 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
         "scrape_s": statistics.median(scrapes),
         "table_mb": float(table.memory_usage(deep=True).sum()) / 2**20,
         "driver_python_rss_mb": mem["driver_python_rss_mb"], "heap_used_mb": mem["heap_used_mb"],
-        "jvm_rss_mb": mem["jvm_rss_mb"],
+        "jvm_rss_mb": mem["jvm_rss_mb"], "state_memory_mb": state_memory / 2**20,
+        "state_checkpoint_mb": sum(f.stat().st_size for f in state_files) / 2**20,
     }
     out["driver_steps_s"] = out["exporter_s"] + out["history_s"] + out["publish_s"]
     print(f"{name}: {json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in out.items()})}",
@@ -206,6 +211,8 @@ COLUMNS: list[tuple[str, str, Callable[[float], str]]] = [
     ("table_mb", "exporter table (MiB)", lambda v: f"{v:,.0f}"),
     ("driver_python_rss_mb", "driver Python RSS (MiB, cumulative)", lambda v: f"{v:,.0f}"),
     ("heap_used_mb", "driver JVM heap after GC (MiB)", lambda v: f"{v:,.0f}"),
+    ("state_memory_mb", "executors' state store memory (MiB, Spark's memoryUsedBytes)", lambda v: f"{v:,.0f}"),
+    ("state_checkpoint_mb", "state in the checkpoint (MiB, every version kept)", lambda v: f"{v:,.0f}"),
 ]
 
 
