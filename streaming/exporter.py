@@ -219,12 +219,17 @@ class PartitionTable:
     def __len__(self) -> int:
         return self._size
 
-    def update(self, rows: pd.DataFrame) -> None:
-        """Each partition's newest row (by ``sample_time_ms``; on a tie, the later row) replaces its older one."""
-        if rows.empty:
-            return
+    @staticmethod
+    def newest(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.MultiIndex]:
+        """Each partition's newest row of a batch (by ``sample_time_ms``; on a tie, the later row) and their keys:
+        what :meth:`update` takes, prepared without the table."""
         new = rows.sort_values("sample_time_ms", kind="stable").drop_duplicates(subset=KEY, keep="last")
-        keys = pd.MultiIndex.from_frame(new[KEY])
+        return new, pd.MultiIndex.from_frame(new[KEY])
+
+    def update(self, new: pd.DataFrame, keys: pd.MultiIndex) -> None:
+        """Rows of :meth:`newest` replace their partitions' older rows; new partitions join."""
+        if new.empty:
+            return
         if not self._columns:
             self._columns = {name: new[name].to_numpy().copy() for name in new.columns}
             self._size, self._keys = len(new), keys
@@ -235,8 +240,9 @@ class PartitionTable:
         replace = seen.copy()
         replace[seen] = times[seen] >= self._columns["sample_time_ms"][position[seen]]
         added = ~seen
-        self._reserve(self._size + int(added.sum()))
-        at = np.concatenate([position[replace], np.arange(self._size, self._size + int(added.sum()))])
+        joining = int(added.sum())
+        self._reserve(self._size + joining)
+        at = np.concatenate([position[replace], np.arange(self._size, self._size + joining)])
         take = np.concatenate([np.flatnonzero(replace), np.flatnonzero(added)])
         if len(at):
             for name, column in self._columns.items():
@@ -245,9 +251,9 @@ class PartitionTable:
                 if dtype != column.dtype:
                     column = self._columns[name] = column.astype(dtype)
                 column[at] = values
-        if added.any():
+        if joining:
             self._keys = self._keys.append(keys[added])
-            self._size += int(added.sum())
+            self._size += joining
 
     def _reserve(self, size: int) -> None:
         capacity = len(next(iter(self._columns.values())))
@@ -295,8 +301,11 @@ class JobExporter(Collector):
         place (:class:`PartitionTable`): the cost follows the batch, not the table (copying the table, as the
         scrape reads it, on each batch took 0.18 s per 20,000-row batch with 300,000 partitions tracked). A scrape
         copies the table under the lock instead: a scrape a few times a minute, a batch every trigger."""
+        if rows.empty:
+            return
+        new, keys = PartitionTable.newest(rows)  # outside the lock: a scrape waits only for the writes
         with self._lock:
-            self._table.update(rows)
+            self._table.update(new, keys)
 
     def count_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:
