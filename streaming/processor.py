@@ -14,14 +14,14 @@ A processing-time timer per bucket fires every ``stale_after`` / 2 to find parti
 
 from __future__ import annotations
 
-import pickle
 import types
 import typing
-from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, TypeVar
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple, TypeVar
 
+import numpy as np
 import pandas as pd
-import pyarrow as pa
 from pydantic_core import from_json
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -42,7 +42,6 @@ from pyspark.sql.types import (
 )
 
 from replmon.contracts.events import Event
-from replmon.core.errors import ReplmonError
 from replmon.core.gcpause import paused as gc_paused
 from streaming.detect import (
     DetectConfig,
@@ -60,73 +59,13 @@ from streaming.state import (
     PartitionKey,
     PartitionState,
     brokers_key,
-    dump_state,
-    load_state,
 )
+from streaming.steady import gather, steady_metrics, steady_step
+from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
-
-class PackedTable(MutableMapping[PartitionKey, BucketValue]):
-    """A bucket's partitions as the state store keeps them: each partition's state pickled on its own, unpickled
-    when a sample reaches it, and pickled again only then. A micro-batch reaches a fraction of a bucket's
-    partitions (a 20,000-sample batch over 100,000 partitions, a fifth); unpickling and pickling every state
-    of every bucket it reached cost more than the detection (docs/benchmarks.md, "Streaming job").
-
-    ``copy()`` is shallow and cheap: the packed bytes are shared, never changed."""
-
-    __slots__ = ("_live", "_packed")
-
-    def __init__(self, packed: dict[PartitionKey, bytes] | None = None,
-                 live: dict[PartitionKey, BucketValue] | None = None) -> None:
-        self._packed = packed if packed is not None else {}
-        self._live = live if live is not None else {}
-
-    def get(self, key: PartitionKey, default: Any = None) -> Any:
-        state = self._live.get(key)
-        if state is None:
-            packed = self._packed.get(key)
-            if packed is None:
-                return default
-            state = self._live[key] = load_state(key, packed)
-        return state
-
-    def __getitem__(self, key: PartitionKey) -> BucketValue:
-        state: BucketValue | None = self.get(key)
-        if state is None:
-            raise KeyError(key)
-        return state
-
-    def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
-        self._live[key] = state
-
-    def __delitem__(self, key: PartitionKey) -> None:
-        found = self._live.pop(key, None) is not None
-        if self._packed.pop(key, None) is None and not found:
-            raise KeyError(key)
-
-    def __iter__(self) -> Iterator[PartitionKey]:
-        yield from self._packed
-        yield from (key for key in self._live if key not in self._packed)
-
-    def __len__(self) -> int:  # per bucket call: no set of its thousands of keys; the live ones are few
-        return len(self._packed) + sum(key not in self._packed for key in self._live)
-
-    def copy(self) -> PackedTable:
-        return PackedTable(dict(self._packed), dict(self._live))
-
-    def unpickled(self) -> int:
-        """How many partitions were unpickled or set since the table was loaded (these are pickled again)."""
-        return len(self._live)
-
-    def packed(self) -> dict[PartitionKey, bytes]:
-        """Every partition's pickled state: those never unpickled as they were loaded."""
-        out = dict(self._packed)
-        for key, state in self._live.items():
-            out[key] = dump_state(state)
-        return out
-
-
-Table = TypeVar("Table", PackedTable, dict[PartitionKey, BucketValue])
-"""What the bucket steps take and give back: the state store's :class:`PackedTable`, or a plain dict (tests)."""
+Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
+"""What the bucket steps take and give back: the state store's :class:`ColumnarTable` (or its packed part alone),
+or a plain dict (the reference the tests compare it with)."""
 
 KIND_EVENT = "event"
 KIND_PARTITION = "partition"
@@ -238,14 +177,33 @@ collectors write, which pydantic-core's JSON parser (``from_json``: 3.3 µs for 
 the conversion back cost more than the detection.)"""
 
 
+class BucketOutput(NamedTuple):
+    """What a bucket's micro-batch gives: the rows its steps gave (quarantined records, events, the metrics of
+    partitions :mod:`streaming.detect` stepped) and the metrics of the partitions the steady step moved, as
+    columns (:func:`streaming.steady.steady_metrics`; empty without a :class:`ColumnarTable`)."""
+
+    rows: list[dict[str, Any]]
+    steady: dict[str, Any] | None
+
+
 def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int
                    ) -> tuple[Table, list[dict[str, Any]]]:
+    """:func:`apply_bucket`, every output as a row (for tests and tools)."""
+    table, out = apply_bucket(table, samples, cfg, now_ms)
+    return table, out.rows + ([] if out.steady is None else steady_rows(out.steady))
+
+
+def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int) -> tuple[Table, BucketOutput]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
     ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change and 'b' broker change of the metadata
     log, :data:`QUARANTINED`), ``sample`` (its JSON),
-    ``sample_time_ms`` and ``cycle``. Returns the new table and the output rows: the quarantined records, every
+    ``sample_time_ms`` and ``cycle``. Returns the new table and the output: the quarantined records, every
     event, and the newest metrics of each partition that got a partition sample or a change from the metadata log,
-    a history snapshot when any of its steps called for one (:func:`history_due`; a metadata-log change always)."""
+    a history snapshot when any of its steps called for one (:func:`history_due`; a metadata-log change always).
+
+    With a :class:`ColumnarTable`, the partition samples that are their partition's only record in the micro-batch
+    and change only offsets are applied to the steady columns at once (:mod:`streaming.steady`); every other record
+    takes its step of :mod:`streaming.detect`, in time order."""
     bad = samples["kind"] == QUARANTINED
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
@@ -253,9 +211,21 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     newest: dict[PartitionKey, PartitionMetrics] = {}
     snapshot: set[PartitionKey] = set()
     table = table.copy()
-    loads = from_json
-    for kind, text in zip(ordered["kind"].tolist(), ordered["sample"].tolist(), strict=True):
-        s = loads(text)
+    kinds: list[str] = ordered["kind"].tolist()
+    parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
+    steady: dict[str, Any] | None = None
+    moved: set[PartitionKey] = set()
+    if isinstance(table, ColumnarTable) and len(table.steady):
+        keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"])
+                for kind, s in zip(kinds, parsed, strict=True)]
+        records = Counter(keys)
+        alone = [(key, s) for kind, key, s in zip(kinds, keys, parsed, strict=True)
+                 if kind == "p" and key is not None and records[key] == 1]
+        batch = steady_step(table.steady, gather(table.steady, alone), cfg, now_ms)
+        if len(batch.rows):
+            steady = steady_metrics(table.steady, batch)
+            moved = {(s["cluster"], s["topic"], s["partition"]) for s in batch.samples}
+    for kind, s in zip(kinds, parsed, strict=True):
         state: BucketValue
         if kind == "b":
             key = brokers_key(s["cluster"])
@@ -267,6 +237,8 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
             rows.extend(event_row(e) for e in events)
             continue
         key = (s["cluster"], s["topic"], s["partition"])
+        if key in moved:
+            continue
         prev = table.get(key)
         before = prev if isinstance(prev, PartitionState) else None
         if kind == "p":
@@ -285,14 +257,16 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
         table[key] = state
         rows.extend(event_row(e) for e in events)
     rows.extend(partition_row(metrics, key in snapshot) for key, metrics in newest.items())
-    return table, rows
+    return table, BucketOutput(rows, steady)
 
 
 def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, list[dict[str, Any]]]:
     """The timer: STALE for every partition silent for longer than ``cfg.stale_after_ms``."""
     rows: list[dict[str, Any]] = []
     expired = table.copy()  # holds only what changed as new states (a PackedTable re-pickles only those)
-    for key, state in table.items():
+    keys = table.expiring(now_ms, cfg.stale_after_ms) if isinstance(table, ColumnarTable) else list(table)
+    for key in keys:
+        state = table.get(key) if not isinstance(table, ColumnarTable) else expired.get(key)
         if not isinstance(state, PartitionState):
             continue  # a cluster's brokers: no samples to miss
         new, events = expire(state, now_ms, cfg)
@@ -301,6 +275,27 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
             rows.extend(event_row(e) for e in events)
             rows.append(partition_row(metrics_of(new)))
     return expired, rows
+
+
+def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
+    """The steady step's metrics as :func:`partition_row` gives them, a dict per partition."""
+    names = list(steady)
+    values = [steady[name].tolist() if isinstance(steady[name], np.ndarray) else steady[name] for name in names]
+    rows = []
+    for row in zip(*values, strict=True):
+        out = dict(zip(names, row, strict=True))
+        out["kind"] = KIND_PARTITION
+        rows.append(out)
+    return rows
+
+
+def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
+    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column."""
+    n = len(steady["partition"])
+    columns: dict[str, Any] = {name: [None] * n for name in OUTPUT_COLUMNS}
+    columns.update(steady)
+    columns["kind"] = [KIND_PARTITION] * n
+    return pd.DataFrame(columns, columns=OUTPUT_COLUMNS)
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -327,7 +322,7 @@ class BucketTable:
     def __init__(self, handle: StatefulProcessorHandle) -> None:
         self.state = handle.getListState("partitions", STATE_SCHEMA)
 
-    def load(self) -> PackedTable | None:
+    def load(self) -> ColumnarTable | None:
         """The bucket's table; None when the bucket has never been saved (its first micro-batch).
 
         One round trip to the JVM: the list's first (only) row. ``exists()`` first, or reading the list to its
@@ -336,62 +331,8 @@ class BucketTable:
         row = next(iter(self.state.get()), None)
         return None if row is None else unpack(row[0])
 
-    def save(self, table: PackedTable | dict[PartitionKey, BucketValue]) -> None:
+    def save(self, table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -> None:
         self.state.put([(pack(table),)])
-
-
-STATE_MAGIC = b"RPL"
-"""The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
-STATE_VERSION = 1
-"""The format :func:`pack` writes: the map of a bucket's pickled states, pickled, LZ4-compressed (its size in 8
-bytes, then Arrow's LZ4 frame)."""
-LEGACY_LZ4 = b"LZ4\x00"
-"""The first bytes of a bucket value written before the format had a version: the same layout as version 1."""
-_SIZE = 8
-
-
-class StateVersionError(ReplmonError):
-    """A bucket value in a format this replmon does not read (written by a newer one)."""
-
-
-def pack(table: PackedTable | dict[PartitionKey, BucketValue]) -> bytes:
-    """A bucket's table as the state store keeps it (format :data:`STATE_VERSION`): the map of pickled states,
-    pickled, compressed with LZ4 (Arrow's codec). A bucket's value goes to the JVM and back in every micro-batch
-    that reaches the bucket, whole, and a busy JVM moves ~200 MB/s of it (docs/benchmarks.md, "Streaming job").
-    The packed states of a bucket compress (their keys repeat the cluster and topic names, their values the same
-    small tuples): 2.1 times for 3,125 partitions of 300 topics with random names, ids and offsets, in 0.7 ms
-    (0.1 ms back)."""
-    packed = table.packed() if isinstance(table, PackedTable) else PackedTable(live=dict(table)).packed()
-    raw = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
-    return (STATE_MAGIC + bytes([STATE_VERSION]) + len(raw).to_bytes(_SIZE, "big")
-            + pa.compress(raw, codec="lz4", asbytes=True))
-
-
-def unpack(value: bytes | None) -> PackedTable:
-    """The table :func:`pack` wrote, of any format version this replmon knows; also the formats from before the
-    version: LZ4-compressed packed states (:data:`LEGACY_LZ4`), an uncompressed pickle of packed states, or of
-    whole states. A version from a newer replmon is refused (:class:`StateVersionError`): read as another format,
-    it would lose every partition's state."""
-    if value is None:
-        return PackedTable({})
-    if value.startswith(STATE_MAGIC):
-        version = value[len(STATE_MAGIC)]
-        if version != STATE_VERSION:
-            raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
-                                    f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
-                                    "checkpoint, or a newer one")
-        value = _decompress(value[len(STATE_MAGIC) + 1:])
-    elif value.startswith(LEGACY_LZ4):
-        value = _decompress(value[len(LEGACY_LZ4):])
-    table = pickle.loads(value)
-    if isinstance(next(iter(table.values()), b""), bytes):  # one format per table: its first value tells
-        return PackedTable(table)
-    return PackedTable(live=table)  # whole states, not their pickles
-
-
-def _decompress(sized: bytes) -> bytes:
-    size = int.from_bytes(sized[:_SIZE], "big")
-    return pa.decompress(sized[_SIZE:], decompressed_size=size, codec="lz4", asbytes=True)
 
 
 class ReplicationProcessor(StatefulProcessor):
@@ -424,15 +365,18 @@ class ReplicationProcessor(StatefulProcessor):
             samples = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
             step("input", len(samples))
             stored = self.table.load()
-            table = stored if stored is not None else PackedTable()
+            table = stored if stored is not None else ColumnarTable()
             step("load", len(table))
-            table, out = process_bucket(table, samples, self.cfg, now_ms)
-            step("process", len(out))
+            table, out = apply_bucket(table, samples, self.cfg, now_ms)
+            step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next
                 self.handle.registerTimer(now_ms + self.timer_period_ms)
             step("save", len(table))
-            frame = _frame(out)
+            frame = _frame(out.rows)
+            if out.steady is not None:
+                frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True) if len(frame) else \
+                    steady_frame(out.steady)
             step("frame", len(frame))
         return frame
 
@@ -449,7 +393,7 @@ class ReplicationProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         with gc_paused():
             stored = self.table.load()
-            table, out = expire_bucket(stored if stored is not None else PackedTable(), self.cfg, now_ms)
+            table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
             if out:
                 self.table.save(table)
             self.handle.registerTimer(now_ms + self.timer_period_ms)  # the chain goes on, samples or not

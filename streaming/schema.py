@@ -8,15 +8,11 @@ validated here without a second definition.
 from __future__ import annotations
 
 import re
-import types
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import Enum
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
-import annotated_types
 from pydantic import BaseModel
-from pydantic.fields import FieldInfo
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 from pyspark.sql.types import (
@@ -31,61 +27,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-_NONE = type(None)
-
-
-@dataclass(frozen=True)
-class Bounds:
-    ge: int | None = None
-    le: int | None = None
-    min_len: int | None = None
-    max_len: int | None = None
-
-    def merged(self, other: Bounds) -> Bounds:
-        return Bounds(
-            ge=other.ge if other.ge is not None else self.ge,
-            le=other.le if other.le is not None else self.le,
-            min_len=other.min_len if other.min_len is not None else self.min_len,
-            max_len=other.max_len if other.max_len is not None else self.max_len,
-        )
-
-
-def _bounds_of(meta: list[Any]) -> Bounds:
-    b = Bounds()
-    for item in meta:
-        if isinstance(item, FieldInfo):
-            b = b.merged(_bounds_of(list(item.metadata)))
-        elif isinstance(item, annotated_types.Ge):
-            b = b.merged(Bounds(ge=int(item.ge)))  # type: ignore[call-overload]
-        elif isinstance(item, annotated_types.Gt):
-            b = b.merged(Bounds(ge=int(item.gt) + 1))  # type: ignore[call-overload]
-        elif isinstance(item, annotated_types.Le):
-            b = b.merged(Bounds(le=int(item.le)))  # type: ignore[call-overload]
-        elif isinstance(item, annotated_types.MinLen):
-            b = b.merged(Bounds(min_len=item.min_length))
-        elif isinstance(item, annotated_types.MaxLen):
-            b = b.merged(Bounds(max_len=item.max_length))
-    return b
-
-
-def unwrap(annotation: Any) -> tuple[Any, bool, Bounds]:
-    """(the bare type, whether None is allowed, the bounds of Annotated layers)."""
-    optional = False
-    bounds = Bounds()
-    while True:
-        origin = get_origin(annotation)
-        if origin is Annotated:
-            base, *meta = get_args(annotation)
-            bounds = bounds.merged(_bounds_of(meta))
-            annotation = base
-        elif origin in (Union, types.UnionType):
-            args = [a for a in get_args(annotation) if a is not _NONE]
-            optional = optional or len(args) < len(get_args(annotation))
-            if len(args) != 1:
-                raise TypeError(f"unions other than Optional are not derivable: {annotation}")
-            annotation = args[0]
-        else:
-            return annotation, optional, bounds
+from replmon.contracts.fields import Bounds, annotated, json_name, unwrap
 
 
 def spark_type(annotation: Any) -> DataType:
@@ -110,10 +52,6 @@ def spark_type(annotation: Any) -> DataType:
         if issubclass(base, float):
             return DoubleType()
     raise TypeError(f"no Spark type for {annotation!r}")
-
-
-def json_name(name: str, field: FieldInfo) -> str:
-    return field.alias or name
 
 
 def spark_schema(model: type[BaseModel]) -> StructType:
@@ -176,13 +114,8 @@ def violations(model: type[BaseModel], parsed: Column,
     for name, f in model.model_fields.items():
         key = json_name(name, f)
         raw = raw_field(key) if raw_field is not None else None
-        out += _field_violations(parsed[key], raw, _annotated(f), f.is_required(), key)
+        out += _field_violations(parsed[key], raw, annotated(f), f.is_required(), key)
     return out
-
-
-def _annotated(f: FieldInfo) -> Any:
-    """The field's annotation with the constraints given on the field itself (``Field(max_length=...)``)."""
-    return Annotated[f.annotation, *f.metadata] if f.metadata else f.annotation
 
 
 def _field_violations(value: Column, raw_json: Column | None, annotation: Any, required: bool,
@@ -208,7 +141,7 @@ def _field_violations(value: Column, raw_json: Column | None, annotation: Any, r
         for name, f in base.model_fields.items():
             key = json_name(name, f)
             out += [(value.isNotNull() & c, r)
-                    for c, r in _field_violations(value[key], None, _annotated(f), f.is_required(), f"{where}.{key}")]
+                    for c, r in _field_violations(value[key], None, annotated(f), f.is_required(), f"{where}.{key}")]
     return out
 
 

@@ -24,18 +24,9 @@ from pyspark.sql.types import (
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets
 from streaming import pyspark_hooks
 from streaming.detect import DetectConfig, PartitionMetrics, step
-from streaming.processor import (
-    KIND_PARTITION,
-    OUTPUT_SCHEMA,
-    STATE_MAGIC,
-    STATE_VERSION,
-    PackedTable,
-    StateVersionError,
-    pack,
-    partition_row,
-    unpack,
-)
+from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, partition_row
 from streaming.state import PartitionState, dump_state
+from streaming.table import STATE_MAGIC, STATE_VERSION, ColumnarTable, StateVersionError, pack, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,21 +97,22 @@ def test_a_state_value_carries_its_format_version_and_round_trips() -> None:
     key = ("c", "t", 0)
     value = pack({key: state})
     assert value[:len(STATE_MAGIC) + 1] == STATE_MAGIC + bytes([STATE_VERSION])
-    assert unpack(value).packed() == {key: dump_state(state)}
+    assert dict(unpack(value).items()) == {key: state}
 
 
 def test_state_values_written_before_the_version_still_load() -> None:
-    """The three formats of existing checkpoints: LZ4 without a version header, an uncompressed pickle of packed
-    states, and a pickle of whole states."""
+    """The formats of existing checkpoints: version 1 (the packed states alone), LZ4 without a version header, an
+    uncompressed pickle of packed states, and a pickle of whole states."""
     state, _ = a_state()
     key = ("c", "t", 0)
     raw = pickle.dumps({key: dump_state(state)}, protocol=pickle.HIGHEST_PROTOCOL)
     legacy_lz4 = b"LZ4\x00" + len(raw).to_bytes(8, "big") + pa.compress(raw, codec="lz4", asbytes=True)
-    for value in (legacy_lz4, raw):
-        assert unpack(value).packed() == {key: dump_state(state)}
+    version_1 = b"RPL\x01" + len(raw).to_bytes(8, "big") + pa.compress(raw, codec="lz4", asbytes=True)
+    for value in (legacy_lz4, raw, version_1):
+        assert unpack(value).side.packed() == {key: dump_state(state)} and dict(unpack(value).items()) == {key: state}
     whole = unpack(pickle.dumps({key: state}))
-    assert isinstance(whole, PackedTable) and whole.packed() == {key: dump_state(state)}
-    assert unpack(None).packed() == {}
+    assert isinstance(whole, ColumnarTable) and whole.side.packed() == {key: dump_state(state)}
+    assert dict(unpack(None).items()) == {}
 
 
 def test_a_state_value_of_an_unknown_version_is_refused_with_the_way_out() -> None:

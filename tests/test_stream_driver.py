@@ -21,15 +21,11 @@ from streaming.processor import (
     KIND_PARTITION,
     KIND_QUARANTINE,
     QUARANTINED,
-    STATE_MAGIC,
-    STATE_VERSION,
-    PackedTable,
     expire_bucket,
-    pack,
     process_bucket,
-    unpack,
 )
 from streaming.sinks import HistoryWriter, RecentIds, read_events
+from streaming.table import STATE_MAGIC, STATE_VERSION, ColumnarTable, PackedTable, pack, unpack
 
 CFG = DetectConfig(stale_after_ms=10_000)
 
@@ -83,23 +79,25 @@ def test_quarantined_records_pass_through_the_processor_untouched() -> None:
     assert only_bad == table and [r["kind"] for r in rows] == [KIND_QUARANTINE] * 2
 
 
-def test_a_packed_table_unpickles_and_pickles_again_only_the_partitions_a_batch_reaches() -> None:
+def test_a_bucket_moves_steady_partitions_in_its_columns_and_unpickles_only_the_others() -> None:
     first = frame(*[sample(1, [1, 2, 3], partition=p) for p in range(10)])
     plain, _ = process_bucket({}, first, CFG, now_ms=2_000_000)
     stored = pack(plain)
     loaded = unpack(stored)
-    assert dict(loaded.items()) == plain and loaded.unpickled() == 10  # items() unpickled them all
-    loaded = unpack(stored)
-    # the next batch reaches partitions 3 and 7: the same outcome as on the plain table
-    shrink = frame(sample(2, [1, 2], partition=3, leos={1: 120, 2: 120, 3: 100}), sample(2, [1, 2, 3], partition=7))
+    assert len(loaded.steady) == 10 and loaded.unpickled() == 0  # every partition steady: all in the columns
+    # the next batch: partition 3's ISR shrinks (the step of streaming.detect), 7 moves its offsets (the columns)
+    shrink = frame(sample(2, [1, 2], partition=3, leos={1: 120, 2: 120, 3: 100}),
+                   sample(2, [1, 2, 3], partition=7, hw=110, leos={1: 110, 2: 110, 3: 110}))
     table, rows = process_bucket(loaded, shrink, CFG, now_ms=2_001_000)
     expected_table, expected_rows = process_bucket(plain, shrink, CFG, now_ms=2_001_000)
-    assert rows == expected_rows and [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["ISR_SHRINK"]
-    assert isinstance(table, PackedTable) and table.unpickled() == 2 and loaded.unpickled() == 0
-    before, after = unpack(stored).packed(), table.packed()
-    assert [p for (_, _, p) in sorted(after) if after[("c", "t", p)] != before[("c", "t", p)]] == [3, 7]
-    assert dict(unpack(pack(table)).items()) == expected_table
-    # the timer re-pickles only the partitions it marks stale
+    key = lambda r: (r["kind"], r["partition"])  # noqa: E731
+    assert sorted(rows, key=key) == sorted(expected_rows, key=key)
+    assert [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["ISR_SHRINK"]
+    assert isinstance(table, ColumnarTable) and table.unpickled() == 1 and len(table.steady) == 9
+    assert len(loaded.steady) == 10 and loaded.unpickled() == 0  # the table it started from is untouched
+    again = unpack(pack(table))
+    assert len(again.steady) == 10 and dict(again.items()) == expected_table  # the shrunk one is steady again
+    # the timer takes out of the columns only the partitions it marks stale
     quiet, stale_rows = expire_bucket(unpack(pack(table)), CFG, now_ms=2_000_000 + 10_500)
     assert quiet.unpickled() == len([r for r in stale_rows if r["kind"] == KIND_PARTITION]) == 8
 

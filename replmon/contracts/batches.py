@@ -1,0 +1,109 @@
+"""Many partition samples in one record of the samples topic: ``partition_batch/v1``.
+
+A collector's cycle holds every partition of a cluster at once; one JSON record per partition made the streaming
+job handle tens of thousands of Kafka records, Spark rows and JSON parses per cycle (docs/benchmarks.md, "Streaming
+job"). A batch is an Arrow IPC stream of :class:`~replmon.contracts.samples.PartitionSample` entries: its columns
+are the model's fields under their JSON names (``schema`` aside: the stream's metadata names the batch's schema),
+their Arrow types read off the model (:func:`arrow_schema`), so the model stays the one definition of a sample.
+The job validates every entry against the same model and quarantines the bad ones alone
+(:mod:`streaming.batches`).
+
+A record's value tells its format by its first bytes: an IPC stream opens with :data:`IPC_MARKER`, a JSON record
+with ``{``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+from typing import Any, Literal, get_args, get_origin
+
+import pyarrow as pa
+from pydantic import BaseModel
+
+from replmon.contracts.fields import json_name, unwrap
+from replmon.contracts.samples import PartitionSample
+
+BATCH_SCHEMA = "partition_batch/v1"
+SCHEMA_KEY = b"schema"
+"""The IPC stream's schema metadata key whose value is :data:`BATCH_SCHEMA`."""
+IPC_MARKER = b"\xff\xff\xff\xff"
+"""The first four bytes of an Arrow IPC stream (the continuation marker of its first message)."""
+ENTRY_MODEL = PartitionSample
+SKIPPED = ("schema",)
+"""Entry fields a batch does not carry: the batch's own schema names their kind."""
+
+
+def arrow_type(annotation: Any) -> pa.DataType:
+    """The Arrow type of a pydantic field: integers as int64, text, enums and literals as strings, lists as lists,
+    models as structs."""
+    base, _, _ = unwrap(annotation)
+    origin = get_origin(base)
+    if origin is list:
+        return pa.list_(arrow_type(get_args(base)[0]))
+    if origin is Literal:
+        return pa.string()
+    if isinstance(base, type):
+        if issubclass(base, BaseModel):
+            return pa.struct(_fields(base))
+        if issubclass(base, bool):
+            return pa.bool_()
+        if issubclass(base, Enum | str):
+            return pa.string()
+        if issubclass(base, int):
+            return pa.int64()
+    raise TypeError(f"no Arrow type for {annotation!r}")
+
+
+def _fields(model: type[BaseModel], skip: Sequence[str] = ()) -> list[pa.Field]:
+    return [pa.field(json_name(name, f), arrow_type(f.annotation))
+            for name, f in model.model_fields.items() if json_name(name, f) not in skip]
+
+
+def arrow_schema() -> pa.Schema:
+    """The schema of a batch's IPC stream."""
+    return pa.schema(_fields(ENTRY_MODEL, SKIPPED), metadata={SCHEMA_KEY: BATCH_SCHEMA.encode()})
+
+
+ARROW_SCHEMA = arrow_schema()
+
+
+def _array(values: list[Any], annotation: Any) -> pa.Array:
+    """One column from the models' attribute values: lists of models flattened into one struct array each level."""
+    base, _, _ = unwrap(annotation)
+    if get_origin(base) is list:
+        (item,) = get_args(base)
+        item_base = unwrap(item)[0]
+        if isinstance(item_base, type) and issubclass(item_base, BaseModel):
+            offsets = [0]
+            flat: list[Any] = []
+            for value in values:
+                if value is not None:
+                    flat.extend(value)
+                offsets.append(len(flat))
+            mask = pa.array([value is None for value in values]) if None in values else None
+            return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), _struct(flat, item_base), mask=mask)
+    if isinstance(base, type) and issubclass(base, BaseModel):
+        return _struct(values, base)
+    return pa.array(values, arrow_type(annotation))
+
+
+def _struct(objects: list[Any], model: type[BaseModel], skip: Sequence[str] = ()) -> pa.StructArray:
+    fields = [(json_name(name, f), name, f) for name, f in model.model_fields.items() if json_name(name, f) not in skip]
+    arrays = [_array([getattr(o, attribute) for o in objects], f.annotation) for _, attribute, f in fields]
+    return pa.StructArray.from_arrays(arrays, fields=[pa.field(key, a.type) for (key, _, _), a in
+                                                      zip(fields, arrays, strict=True)])
+
+
+def encode_batch(samples: Sequence[PartitionSample]) -> bytes:
+    """The samples as one record value: an Arrow IPC stream of one record batch."""
+    columns = _struct(list(samples), ENTRY_MODEL, SKIPPED)
+    table = pa.RecordBatch.from_struct_array(columns).replace_schema_metadata(ARROW_SCHEMA.metadata)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
+        writer.write_batch(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def is_batch(value: bytes | None) -> bool:
+    return value is not None and value[:4] == IPC_MARKER

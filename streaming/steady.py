@@ -1,0 +1,468 @@
+"""A state bucket's steady partitions as columns, and the sample that changes only their offsets, applied to many
+partitions at once.
+
+Nearly every sample of a healthy cluster changes only offsets: the leader, epoch, replicas, ISR and ELR are those
+the state holds, every replica answered, no log went backwards, the high watermark moved up or stayed. For such a
+sample :func:`streaming.detect.step_dict` emits nothing and rewrites a dozen numbers. A bucket keeps the
+partitions whose state allows that (:func:`steady_form`) as numpy columns (:class:`SteadyColumns`), their
+:class:`~streaming.state.PartitionMeta` as its pickled bytes, untouched; :func:`steady_step` tells which of a
+micro-batch's samples are of that kind (:func:`steady_mask`) and applies them to their rows at once, the
+partitions' metrics computed over the same columns. Every other sample, and every partition whose state is in
+any other condition, takes :mod:`streaming.detect`'s step, which stays the one definition of what a sample
+means: the columns hold exactly the :class:`~streaming.state.PartitionState` that step would have produced
+(:meth:`SteadyColumns.state`, property-tested in ``tests/test_stream_steady.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from streaming.detect import LEO_HISTORY_LENGTH, LEO_HISTORY_STEP_MS, METADATA_PROPAGATION_MS, DetectConfig, Health
+from streaming.state import (
+    NO_SAMPLE,
+    PartitionKey,
+    PartitionMeta,
+    PartitionState,
+    dump_meta,
+    load_meta,
+)
+
+Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
+
+NULL = np.iinfo(np.int64).min
+"""An absent offset or time in an integer column (``None`` in the state)."""
+NO_ELR = (-1,)
+"""What an absent ELR or last known ELR (a cluster before KIP-966) counts as in a membership fingerprint: no broker
+has id -1, and ``hash(None)`` differs between processes."""
+
+_INT_COLUMNS = ("partition", "cluster_code", "topic_code", "topic_id_code", "leader", "leader_epoch", "fingerprint",
+                "min_insync_replicas", "unclean", "told_until_ms", "isr_size", "replica_count", "leader_slot",
+                "sample_time_ms", "cycle", "received_ms", "high_watermark", "log_start_offset", "committed_end",
+                "hw_stuck_since_ms", "hw_stuck_log_end_offset", "history_length")
+_BOOL_COLUMNS = ("alone", "hw_stalled", "stale")
+_MATRIX_COLUMNS = ("brokers", "log_end_offsets", "history_time_ms", "history_log_end_offset")
+COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
+"""Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
+
+
+def _opt(value: int | None) -> int:
+    return NULL if value is None else value
+
+
+def _none(value: int) -> int | None:
+    return None if value == NULL else int(value)
+
+
+def fingerprint(isr: Sequence[int], replicas: Sequence[int], elr: Sequence[int] | None,
+                last_known_elr: Sequence[int] | None) -> int:
+    """The membership lists of a partition as one number: equal lists give equal numbers in every process (the
+    leader and epoch are compared as themselves)."""
+    return hash((tuple(isr), tuple(replicas), NO_ELR if elr is None else tuple(elr),
+                 NO_ELR if last_known_elr is None else tuple(last_known_elr)))
+
+
+def steady_form(state: PartitionState) -> bool:
+    """Whether ``state`` is one the columns hold: sampled, every replica's LEO read in its newest sample and none
+    kept from before, the leader among its replicas, a high watermark known, no epoch regression pending, and the
+    last leader change's loss settled (or none)."""
+    m = state.meta
+    leos = state.log_end_offsets
+    return (state.sample_time_ms != NO_SAMPLE and m.epoch_regressed_to is None
+            and (m.loss is None or m.loss.divergence is not None) and state.high_watermark is not None
+            and m.leader >= 0 and m.leader in leos and len(set(m.replicas)) == len(m.replicas) == len(leos)
+            and all(b in leos for b in m.replicas) and state.last_log_end_offsets == leos
+            and len(state.leader_log_end_history) <= LEO_HISTORY_LENGTH)
+
+
+def _alone_commits(m: PartitionMeta) -> bool:
+    """:func:`streaming.detect._note_sampled_commit`'s condition: the leader alone in the ISR commits its log."""
+    return (m.leader >= 0 and m.isr == (m.leader,)
+            and (m.elr is None or m.min_insync_replicas is None or m.min_insync_replicas <= 1))
+
+
+@dataclass
+class SteadyColumns:
+    """The steady partitions of one bucket, a row each: identity, what a sample is compared with (leader, epoch,
+    membership fingerprint, topic configs, the metadata log's last word), the offsets and timers a steady sample
+    rewrites, and each partition's :class:`PartitionMeta` as pickled bytes (:func:`~streaming.state.dump_meta`).
+    Rows whose partition left the columns (:meth:`take`) are dead until :meth:`compacted`."""
+
+    names: list[str]
+    """Cluster names, topic names and topic ids, each once: the ``*_code`` columns index it."""
+    metas: list[bytes]
+    columns: dict[str, np.ndarray]
+    alive: Bools
+
+    @classmethod
+    def empty(cls, slots: int = 1) -> SteadyColumns:
+        columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _INT_COLUMNS}
+        columns.update({name: np.zeros(0, np.bool_) for name in _BOOL_COLUMNS})
+        columns["brokers"] = np.zeros((0, slots), np.int64)
+        columns["log_end_offsets"] = np.zeros((0, slots), np.int64)
+        columns["history_time_ms"] = np.zeros((0, LEO_HISTORY_LENGTH), np.int64)
+        columns["history_log_end_offset"] = np.zeros((0, LEO_HISTORY_LENGTH), np.int64)
+        return cls([], [], columns, np.zeros(0, np.bool_))
+
+    def __post_init__(self) -> None:
+        self._codes = {name: code for code, name in enumerate(self.names)}
+        c = self.columns
+        names = self.names
+        self.index: dict[PartitionKey, int] = {
+            (names[cluster], names[topic], partition): row
+            for row, (cluster, topic, partition) in enumerate(zip(
+                c["cluster_code"].tolist(), c["topic_code"].tolist(), c["partition"].tolist(), strict=True))
+            if self.alive[row]}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def copy(self) -> SteadyColumns:
+        copied = SteadyColumns.__new__(SteadyColumns)
+        copied.names, copied.metas = list(self.names), list(self.metas)
+        copied.columns = {name: column.copy() for name, column in self.columns.items()}
+        copied.alive = self.alive.copy()
+        copied._codes, copied.index = dict(self._codes), dict(self.index)
+        return copied
+
+    def _code(self, name: str | None) -> int:
+        if name is None:
+            return -1
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def state(self, row: int) -> PartitionState:
+        """The partition's state as :mod:`streaming.detect` holds it."""
+        c = self.columns
+        names = self.names
+        key = (names[c["cluster_code"][row]], names[c["topic_code"][row]], int(c["partition"][row]))
+        meta = load_meta(key, self.metas[row])
+        leos = {int(b): int(leo) for b, leo in zip(c["brokers"][row].tolist(), c["log_end_offsets"][row].tolist(),
+                                                   strict=True) if b >= 0}
+        length = int(c["history_length"][row])
+        history = tuple(zip(c["history_time_ms"][row, :length].tolist(),
+                            c["history_log_end_offset"][row, :length].tolist(), strict=True))
+        return PartitionState(
+            meta, sample_time_ms=int(c["sample_time_ms"][row]), cycle=int(c["cycle"][row]),
+            received_ms=int(c["received_ms"][row]), high_watermark=int(c["high_watermark"][row]),
+            log_start_offset=_none(c["log_start_offset"][row]), log_end_offsets=leos, last_log_end_offsets=leos,
+            hw_stuck_since_ms=_none(c["hw_stuck_since_ms"][row]),
+            hw_stuck_log_end_offset=_none(c["hw_stuck_log_end_offset"][row]), hw_stalled=bool(c["hw_stalled"][row]),
+            stale=bool(c["stale"][row]), committed_end=_none(c["committed_end"][row]),
+            leader_log_end_history=history)
+
+    def take(self, key: PartitionKey) -> PartitionState | None:
+        """The partition's state, its row dead from now on (the state goes on outside the columns)."""
+        row = self.index.pop(key, None)
+        if row is None:
+            return None
+        self.alive[row] = False
+        return self.state(row)
+
+    def drop(self, key: PartitionKey) -> bool:
+        """The partition's row dead (its state replaced outside the columns); whether it had one."""
+        row = self.index.pop(key, None)
+        if row is None:
+            return False
+        self.alive[row] = False
+        return True
+
+    def add(self, states: Mapping[PartitionKey, PartitionState]) -> None:
+        """Rows for states in :func:`steady_form` (appended; a key already here is replaced)."""
+        if not states:
+            return
+        for key in states:
+            row = self.index.pop(key, None)
+            if row is not None:
+                self.alive[row] = False
+        slots = max(len(s.meta.replicas) for s in states.values())
+        if slots > self.columns["brokers"].shape[1]:
+            self._widen(slots)
+        width = self.columns["brokers"].shape[1]
+        new: dict[str, list[Any]] = {name: [] for name in (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)}
+        first = len(self.metas)
+        for n, (key, st) in enumerate(states.items()):
+            m = st.meta
+            self.index[key] = first + n
+            self.metas.append(dump_meta(m))
+            brokers = list(m.replicas)
+            history = st.leader_log_end_history
+            pad = [NULL] * (LEO_HISTORY_LENGTH - len(history))
+            values = {
+                "partition": key[2], "cluster_code": self._code(key[0]), "topic_code": self._code(key[1]),
+                "topic_id_code": self._code(m.topic_id), "leader": m.leader, "leader_epoch": m.leader_epoch,
+                "fingerprint": fingerprint(m.isr, m.replicas, m.elr, m.last_known_elr),
+                "min_insync_replicas": _opt(m.min_insync_replicas),
+                "unclean": -1 if m.unclean_leader_election is None else int(m.unclean_leader_election),
+                "told_until_ms": (m.metadata_time_ms + METADATA_PROPAGATION_MS if m.metadata_offset >= 0
+                                  else NULL),
+                "isr_size": len(m.isr), "replica_count": len(m.replicas), "leader_slot": brokers.index(m.leader),
+                "sample_time_ms": st.sample_time_ms, "cycle": st.cycle, "received_ms": st.received_ms,
+                "high_watermark": st.high_watermark, "log_start_offset": _opt(st.log_start_offset),
+                "committed_end": _opt(st.committed_end), "hw_stuck_since_ms": _opt(st.hw_stuck_since_ms),
+                "hw_stuck_log_end_offset": _opt(st.hw_stuck_log_end_offset), "history_length": len(history),
+                "alone": _alone_commits(m), "hw_stalled": st.hw_stalled, "stale": st.stale,
+                "brokers": brokers + [-1] * (width - len(brokers)),
+                "log_end_offsets": [st.log_end_offsets[b] for b in brokers] + [NULL] * (width - len(brokers)),
+                "history_time_ms": [t for t, _ in history] + pad,
+                "history_log_end_offset": [leo for _, leo in history] + pad,
+            }
+            for name, value in values.items():
+                new[name].append(value)
+        c = self.columns
+        for name in _INT_COLUMNS:
+            c[name] = np.concatenate([c[name], np.array(new[name], np.int64)])
+        for name in _BOOL_COLUMNS:
+            c[name] = np.concatenate([c[name], np.array(new[name], np.bool_)])
+        for name in _MATRIX_COLUMNS:
+            c[name] = np.concatenate([c[name], np.array(new[name], np.int64).reshape(len(states), -1)])
+        self.alive = np.concatenate([self.alive, np.ones(len(states), np.bool_)])
+
+    def _widen(self, slots: int) -> None:
+        c = self.columns
+        extra = slots - c["brokers"].shape[1]
+        c["brokers"] = np.pad(c["brokers"], ((0, 0), (0, extra)), constant_values=-1)
+        c["log_end_offsets"] = np.pad(c["log_end_offsets"], ((0, 0), (0, extra)), constant_values=NULL)
+
+    def compacted(self) -> SteadyColumns:
+        """The live rows only (what the state store keeps)."""
+        if self.alive.all():
+            return self
+        keep = np.flatnonzero(self.alive)
+        return SteadyColumns(self.names, [self.metas[row] for row in keep.tolist()],
+                             {name: column[keep] for name, column in self.columns.items()},
+                             np.ones(len(keep), np.bool_))
+
+    def stale_candidates(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
+        """The partitions :func:`streaming.detect.expire` would mark STALE now."""
+        c = self.columns
+        silent = self.alive & ~c["stale"] & (c["received_ms"] != NO_SAMPLE) & (now_ms - c["received_ms"]
+                                                                               > stale_after_ms)
+        names = self.names
+        return [(names[c["cluster_code"][row]], names[c["topic_code"][row]], int(c["partition"][row]))
+                for row in np.flatnonzero(silent).tolist()]
+
+
+class SampleColumns:
+    """The samples of a micro-batch that may be steady, one per row of the columns, as arrays (:func:`gather`)."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.rows: list[int] = []
+        self.samples: list[Mapping[str, Any]] = []
+        self.values: dict[str, list[int]] = {name: [] for name in (
+            "sample_time_ms", "cycle", "leader", "leader_epoch", "fingerprint", "high_watermark", "log_start_offset")}
+        self.log_end_offsets: list[list[int]] = []
+
+
+def gather(columns: SteadyColumns, samples: Sequence[tuple[PartitionKey, Mapping[str, Any]]]) -> SampleColumns:
+    """The samples (each the only record of its partition in the micro-batch) whose partition has a row, and
+    whose fields a steady sample can have: no lineage, every replica's LEO read, topic configs absent or those
+    of the row. What the columns compare as numbers (times, leader, epoch, membership, offsets) is taken here;
+    :func:`steady_mask` compares it."""
+    c = columns.columns
+    topic_ids, min_isr, unclean, brokers = c["topic_id_code"], c["min_insync_replicas"], c["unclean"], c["brokers"]
+    codes = columns._codes
+    out = SampleColumns(brokers.shape[1])
+    values = out.values
+    for key, s in samples:
+        row = columns.index.get(key)
+        if row is None or s.get("epoch_lineage") is not None:
+            continue
+        topic_id = s.get("topic_id")
+        if topic_id is not None and topic_ids[row] >= 0 and topic_ids[row] != codes.get(topic_id, -2):
+            continue
+        configured = s.get("min_insync_replicas")
+        if configured is not None and configured != min_isr[row]:
+            continue
+        unclean_election = s.get("unclean_leader_election")
+        if unclean_election is not None and int(unclean_election) != unclean[row]:
+            continue
+        replicas = s["replicas"]
+        leos: dict[int, int] = {}
+        for ro in s["replica_offsets"]:
+            leo = ro["log_end_offset"]
+            if leo is None or ro.get("error") is not None:
+                break
+            leos[ro["broker_id"]] = leo
+        else:
+            if len(leos) != len(replicas) or s.get("high_watermark") is None:
+                continue
+            try:
+                row_leos = [leos[b] for b in replicas]
+            except KeyError:
+                continue
+            out.rows.append(row)
+            out.samples.append(s)
+            values["sample_time_ms"].append(s["sample_time_ms"])
+            values["cycle"].append(s["cycle"])
+            values["leader"].append(s["leader"])
+            values["leader_epoch"].append(s["leader_epoch"])
+            values["fingerprint"].append(fingerprint(s["isr"], replicas, s.get("elr"), s.get("last_known_elr")))
+            values["high_watermark"].append(s["high_watermark"])
+            values["log_start_offset"].append(_opt(s.get("log_start_offset")))
+            out.log_end_offsets.append(row_leos + [NULL] * (out.width - len(row_leos)))
+    return out
+
+
+@dataclass
+class SteadyBatch:
+    """The steady samples of a micro-batch: their rows, and the columns' values after them."""
+
+    rows: Ints
+    samples: list[Mapping[str, Any]]
+    history: Bools
+    """Which rows' metrics are a history snapshot (:func:`streaming.processor.history_due`)."""
+
+
+def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConfig, now_ms: int) -> SteadyBatch:
+    """Apply the steady samples among ``gathered`` to their rows, in place, as :func:`streaming.detect.step_dict`
+    would one by one (no events: a sample that would emit one is not steady). The samples left out take the
+    step of :mod:`streaming.detect`."""
+    if not gathered.rows:
+        return SteadyBatch(np.zeros(0, np.int64), [], np.zeros(0, np.bool_))
+    c = columns.columns
+    rows = np.array(gathered.rows, np.int64)
+    v = {name: np.array(values, np.int64) for name, values in gathered.values.items()}
+    leos = np.array(gathered.log_end_offsets, np.int64).reshape(len(rows), -1)
+    t, cycle, hw = v["sample_time_ms"], v["cycle"], v["high_watermark"]
+    prev_t, prev_hw = c["sample_time_ms"][rows], c["high_watermark"][rows]
+    valid = c["brokers"][rows] >= 0
+    pick = np.arange(len(rows))
+    leader_slot = c["leader_slot"][rows]
+    leader_leo = leos[pick, leader_slot]
+    since, stalled = c["hw_stuck_since_ms"][rows], c["hw_stalled"][rows]
+    below = hw < leader_leo
+    restart = (since == NULL) | (hw != prev_hw)
+    would_stall = below & ~restart & ~stalled & (t - since > cfg.hw_stalled_after_ms)
+    steady = (
+        ((t > prev_t) | ((t == prev_t) & (cycle > c["cycle"][rows])))
+        & (t >= c["told_until_ms"][rows])
+        & (v["leader"] == c["leader"][rows]) & (v["leader_epoch"] == c["leader_epoch"][rows])
+        & (v["fingerprint"] == c["fingerprint"][rows])
+        & np.all(~valid | (leos >= c["log_end_offsets"][rows]), axis=1)
+        & (hw >= prev_hw) & ~would_stall
+    )
+    keep = np.flatnonzero(steady)
+    rows, t, cycle, hw, leos, leader_leo = rows[keep], t[keep], cycle[keep], hw[keep], leos[keep], leader_leo[keep]
+    below, restart, since, prev_t = below[keep], restart[keep], since[keep], prev_t[keep]
+    log_start = v["log_start_offset"][keep]
+    before_stale, before_stalled = c["stale"][rows], c["hw_stalled"][rows]
+
+    # _check_hw_stalled: caught up clears the timer (its LEO kept); a moved or first HW below the LEO starts it
+    caught_up = ~below
+    started = below & restart
+    c["hw_stuck_since_ms"][rows] = np.where(caught_up, NULL, np.where(started, t, since))
+    c["hw_stuck_log_end_offset"][rows] = np.where(started, leader_leo, c["hw_stuck_log_end_offset"][rows])
+    c["hw_stalled"][rows] = np.where(caught_up | started, False, before_stalled)
+    # _note_sampled_commit: the HW is committed, and the leader's whole log while it is alone in the ISR
+    committed = np.maximum(c["committed_end"][rows], hw)
+    c["committed_end"][rows] = np.where(c["alone"][rows], np.maximum(committed, leader_leo), committed)
+    c["log_start_offset"][rows] = np.where(log_start == NULL, c["log_start_offset"][rows], log_start)
+    c["log_end_offsets"][rows] = leos
+    c["high_watermark"][rows] = hw
+    # _remember_leader_log_end: the leader's LEO every LEO_HISTORY_STEP_MS, the newest LEO_HISTORY_LENGTH kept
+    length = c["history_length"][rows]
+    last_t = c["history_time_ms"][rows, np.maximum(length - 1, 0)]
+    remember = (length == 0) | (t - last_t >= LEO_HISTORY_STEP_MS)
+    full = remember & (length == LEO_HISTORY_LENGTH)
+    if full.any():  # shift out the oldest
+        at = rows[full]
+        for name in ("history_time_ms", "history_log_end_offset"):
+            c[name][at, :-1] = c[name][at, 1:]
+    slot = np.minimum(length, LEO_HISTORY_LENGTH - 1)[remember]
+    c["history_time_ms"][rows[remember], slot] = t[remember]
+    c["history_log_end_offset"][rows[remember], slot] = leader_leo[remember]
+    c["history_length"][rows] = np.where(remember, np.minimum(length + 1, LEO_HISTORY_LENGTH), length)
+    c["sample_time_ms"][rows] = t
+    c["cycle"][rows] = cycle
+    c["received_ms"][rows] = now_ms
+    c["stale"][rows] = False
+    history = ((t // 60_000) != (prev_t // 60_000)) | before_stale | (c["hw_stalled"][rows] != before_stalled)
+    return SteadyBatch(rows, [gathered.samples[k] for k in keep.tolist()], history)
+
+
+def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]:
+    """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (lists and arrays) under the
+    metrics' field names: what :func:`streaming.detect.metrics_of` gives for each row's state."""
+    c = columns.columns
+    rows = batch.rows
+    n = len(rows)
+    pick = np.arange(n)
+    brokers, leos = c["brokers"][rows], c["log_end_offsets"][rows]
+    leader_slot = c["leader_slot"][rows]
+    leader_leo = leos[pick, leader_slot]
+    now = c["sample_time_ms"][rows]
+    hist_t, hist_leo = c["history_time_ms"][rows], c["history_log_end_offset"][rows]
+    hist_len = c["history_length"][rows]
+    entries = np.arange(LEO_HISTORY_LENGTH)[None, :] < hist_len[:, None]
+    followers = (brokers >= 0) & (np.arange(brokers.shape[1])[None, :] != leader_slot[:, None])
+    lag = np.maximum(leader_leo[:, None] - leos, 0)
+    time_lag = np.zeros_like(leos)
+    oldest = np.where(hist_len > 0, hist_t[:, 0], now)
+    for slot in range(brokers.shape[1]):
+        follower = leos[:, slot]
+        reached = entries & (hist_leo <= follower[:, None])
+        found = reached.any(axis=1)
+        newest = LEO_HISTORY_LENGTH - 1 - np.argmax(reached[:, ::-1], axis=1)
+        later = np.minimum(newest + 1, LEO_HISTORY_LENGTH - 1)
+        has_later = newest + 1 < hist_len
+        later_t = np.where(has_later, hist_t[pick, later], now)
+        later_leo = np.where(has_later, hist_leo[pick, later], leader_leo)
+        at_t, at_leo = hist_t[pick, newest], hist_leo[pick, newest]
+        span = later_leo - at_leo
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = np.where(span > 0, (follower - at_leo) / np.where(span > 0, span, 1), 1.0)
+        at_t = np.where(found, at_t, now)  # rows with no such entry (padding included) are not interpolated
+        interpolated = (at_t + share * (np.where(found, later_t, now) - at_t)).astype(np.int64)
+        ago = np.where(found, now - interpolated, now - oldest)
+        time_lag[:, slot] = np.where(follower >= leader_leo, 0, np.maximum(ago, 0))
+    has_followers = followers.any(axis=1)
+    max_lag = np.where(followers, lag, -1).max(axis=1, initial=-1)
+    hw = c["high_watermark"][rows]
+    hw_lag = np.maximum(leader_leo - hw, 0)
+    isr_size, replica_count = c["isr_size"][rows], c["replica_count"][rows]
+    min_isr = c["min_insync_replicas"][rows]
+    configured = min_isr != NULL
+    under_replicated = isr_size < replica_count
+    under_min_isr = configured & (isr_size < min_isr)
+    at_min_isr = configured & (isr_size == min_isr)
+    lagging = (hw_lag > 0) | (has_followers & (max_lag > 0))
+    health = np.select([under_min_isr, under_replicated, at_min_isr, lagging],
+                       [Health.UNDER_MIN_ISR, Health.UNDER_REPLICATED, Health.AT_MIN_ISR, Health.LAGGING],
+                       Health.HEALTHY)
+    broker_lists, lag_lists, time_lists = brokers.tolist(), lag.tolist(), time_lag.tolist()
+    follower_lists = followers.tolist()
+    follower_lag = [{b: x for b, x, f in zip(bs, xs, fs, strict=True) if f}
+                    for bs, xs, fs in zip(broker_lists, lag_lists, follower_lists, strict=True)]
+    follower_time_lag = [{b: x for b, x, f in zip(bs, xs, fs, strict=True) if f}
+                         for bs, xs, fs in zip(broker_lists, time_lists, follower_lists, strict=True)]
+    samples = batch.samples
+    names = columns.names
+    log_start = c["log_start_offset"][rows]
+    return {
+        "cluster": [names[code] for code in c["cluster_code"][rows].tolist()],
+        "topic": [names[code] for code in c["topic_code"][rows].tolist()],
+        "partition": c["partition"][rows], "sample_time_ms": now, "leader": c["leader"][rows],
+        "leader_epoch": c["leader_epoch"][rows], "replica_count": replica_count, "isr_size": isr_size,
+        "min_insync_replicas": [None if x == NULL else x for x in min_isr.tolist()],
+        "offline": np.zeros(n, np.bool_), "under_replicated": under_replicated, "under_min_isr": under_min_isr,
+        "at_min_isr": at_min_isr, "high_watermark": hw, "log_end_offset": leader_leo,
+        "log_start_offset": [None if x == NULL else x for x in log_start.tolist()], "hw_lag": hw_lag,
+        "max_follower_lag": [x if h else None for x, h in zip(max_lag.tolist(), has_followers.tolist(),
+                                                               strict=True)],
+        "health": health.astype(np.int64), "follower_lag": follower_lag,
+        "isr": [list(s["isr"]) for s in samples], "replicas": [list(s["replicas"]) for s in samples],
+        "hw_stalled": c["hw_stalled"][rows], "stale": c["stale"][rows],
+        "elr": [list(s.get("elr") or ()) for s in samples],
+        "last_known_elr": [list(s.get("last_known_elr") or ()) for s in samples],
+        "follower_time_lag_ms": follower_time_lag, "history": batch.history,
+    }

@@ -1,0 +1,246 @@
+"""A state bucket's table of partitions, as the job works on it and as the state store keeps it.
+
+A bucket keeps its steady partitions as columns (:class:`streaming.steady.SteadyColumns`: a sample that changes
+only offsets is applied to many at once) and every other state pickled on its own (:class:`PackedTable`: a
+micro-batch unpickles and pickles again only the partitions it reaches). :class:`ColumnarTable` is the two as one
+mapping of ``(cluster, topic, partition)`` to its state, which :mod:`streaming.detect`'s steps read and write;
+:func:`pack` writes it as one versioned value, :func:`unpack` reads every format written before.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from replmon.core.errors import ReplmonError
+from streaming.detect import LEO_HISTORY_LENGTH
+from streaming.state import BucketValue, PartitionKey, PartitionState, dump_state, load_state
+from streaming.steady import COLUMNS, SteadyColumns, steady_form
+
+_NOTHING: Mapping[Any, Any] = {}
+
+
+class PackedTable(MutableMapping[PartitionKey, BucketValue]):
+    """A bucket's partitions as the state store keeps them: each partition's state pickled on its own, unpickled
+    when a sample reaches it, and pickled again only then. A micro-batch reaches a fraction of a bucket's
+    partitions (a 20,000-sample batch over 100,000 partitions, a fifth); unpickling and pickling every state
+    of every bucket it reached cost more than the detection (docs/benchmarks.md, "Streaming job").
+
+    ``copy()`` is shallow and cheap: the packed bytes are shared, never changed."""
+
+    __slots__ = ("_live", "_packed")
+
+    def __init__(self, packed: dict[PartitionKey, bytes] | None = None,
+                 live: dict[PartitionKey, BucketValue] | None = None) -> None:
+        self._packed = packed if packed is not None else {}
+        self._live = live if live is not None else {}
+
+    def get(self, key: PartitionKey, default: Any = None) -> Any:
+        state = self._live.get(key)
+        if state is None:
+            packed = self._packed.get(key)
+            if packed is None:
+                return default
+            state = self._live[key] = load_state(key, packed)
+        return state
+
+    def __getitem__(self, key: PartitionKey) -> BucketValue:
+        state: BucketValue | None = self.get(key)
+        if state is None:
+            raise KeyError(key)
+        return state
+
+    def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
+        self._live[key] = state
+
+    def __delitem__(self, key: PartitionKey) -> None:
+        found = self._live.pop(key, None) is not None
+        if self._packed.pop(key, None) is None and not found:
+            raise KeyError(key)
+
+    def __iter__(self) -> Iterator[PartitionKey]:
+        yield from self._packed
+        yield from (key for key in self._live if key not in self._packed)
+
+    def __len__(self) -> int:  # per bucket call: no set of its thousands of keys; the live ones are few
+        return len(self._packed) + sum(key not in self._packed for key in self._live)
+
+    def copy(self) -> PackedTable:
+        return PackedTable(dict(self._packed), dict(self._live))
+
+    def unpickled(self) -> int:
+        """How many partitions were unpickled or set since the table was loaded (these are pickled again)."""
+        return len(self._live)
+
+    def packed(self, skip: Mapping[PartitionKey, Any] = _NOTHING) -> dict[PartitionKey, bytes]:
+        """Every partition's pickled state but those of ``skip``: those never unpickled as they were loaded."""
+        out = {key: packed for key, packed in self._packed.items() if key not in skip}
+        for key, state in self._live.items():
+            if key not in skip:
+                out[key] = dump_state(state)
+        return out
+
+    def live(self) -> dict[PartitionKey, BucketValue]:
+        """The states unpickled or set since the table was loaded."""
+        return self._live
+
+
+class ColumnarTable(MutableMapping[PartitionKey, BucketValue]):
+    """A bucket's partitions: the steady ones as columns, the others (and a cluster's brokers) packed. A state read
+    from the columns leaves them (its row dead) and lives in the packed table until :meth:`fold` puts it back,
+    if it is then steady. ``copy()`` copies the columns (the steady step changes them in place)."""
+
+    __slots__ = ("side", "steady")
+
+    def __init__(self, side: PackedTable | None = None, steady: SteadyColumns | None = None) -> None:
+        self.side = side if side is not None else PackedTable()
+        self.steady = steady if steady is not None else SteadyColumns.empty()
+
+    def get(self, key: PartitionKey, default: Any = None) -> Any:
+        state = self.side.get(key)
+        if state is None:
+            state = self.steady.take(key)
+            if state is None:
+                return default
+            self.side[key] = state
+        return state
+
+    def __getitem__(self, key: PartitionKey) -> BucketValue:
+        state: BucketValue | None = self.get(key)
+        if state is None:
+            raise KeyError(key)
+        return state
+
+    def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
+        self.steady.drop(key)
+        self.side[key] = state
+
+    def __delitem__(self, key: PartitionKey) -> None:
+        if not self.steady.drop(key):
+            del self.side[key]
+
+    def __iter__(self) -> Iterator[PartitionKey]:
+        yield from self.side
+        yield from list(self.steady.index)
+
+    def __len__(self) -> int:
+        return len(self.side) + len(self.steady)
+
+    def copy(self) -> ColumnarTable:
+        return ColumnarTable(self.side.copy(), self.steady.copy())
+
+    def unpickled(self) -> int:
+        return self.side.unpickled()
+
+    def expiring(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
+        """The keys :func:`streaming.detect.expire` may change now: the packed ones, and the rows gone silent."""
+        return [*self.side, *self.steady.stale_candidates(now_ms, stale_after_ms)]
+
+    def fold(self) -> tuple[dict[PartitionKey, bytes], SteadyColumns]:
+        """What the state store keeps: the states read or set that are steady back in the columns, every other one
+        pickled."""
+        live = self.side.live()
+        steady = {key: state for key, state in live.items()
+                  if isinstance(state, PartitionState) and steady_form(state)}
+        columns = self.steady.copy()
+        columns.add(steady)
+        packed = self.side.packed(skip=steady)
+        return packed, columns.compacted()
+
+
+STATE_MAGIC = b"RPL"
+"""The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
+STATE_VERSION = 2
+"""The format :func:`pack` writes: the packed states (a map of pickled states) and the steady columns (the names
+they refer to, the pickled metas, the arrays at their narrowest integer type one after the other in the order of
+:data:`streaming.steady.COLUMNS`), pickled together and
+LZ4-compressed (the size in 8 bytes, then Arrow's LZ4 frame). Version 1: the map of pickled states alone, the
+same way; it loads with no steady columns (a partition joins them when its next sample reaches it)."""
+LEGACY_LZ4 = b"LZ4\x00"
+"""The first bytes of a bucket value written before the format had a version: the same layout as version 1."""
+_SIZE = 8
+
+
+class StateVersionError(ReplmonError):
+    """A bucket value in a format this replmon does not read (written by a newer one)."""
+
+
+def _narrow(column: np.ndarray) -> np.ndarray:
+    """An integer column in the smallest of int8/16/32/64 that holds its values (it is widened back on load)."""
+    if column.dtype != np.int64 or not column.size:
+        return column
+    low, high = int(column.min()), int(column.max())
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if info.min <= low and high <= info.max:
+            return column.astype(dtype)
+    return column
+
+
+def pack(table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -> bytes:
+    """A bucket's table as the state store keeps it (format :data:`STATE_VERSION`). A bucket's value goes to the
+    JVM and back in every micro-batch that reaches the bucket, whole, and a busy JVM moves ~200 MB/s of it
+    (docs/benchmarks.md, "Streaming job"): it is compressed, and the columns are narrowed."""
+    if not isinstance(table, ColumnarTable):
+        table = ColumnarTable(table if isinstance(table, PackedTable) else PackedTable(live=dict(table)))
+    packed, columns = table.fold()
+    arrays = [_narrow(columns.columns[name]) for name in COLUMNS]
+    layout = (len(columns.metas), columns.columns["brokers"].shape[1], "".join(a.dtype.char for a in arrays))
+    raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays)),
+                       protocol=pickle.HIGHEST_PROTOCOL)
+    return (STATE_MAGIC + bytes([STATE_VERSION]) + len(raw).to_bytes(_SIZE, "big")
+            + pa.compress(raw, codec="lz4", asbytes=True))
+
+
+def unpack(value: bytes | None) -> ColumnarTable:
+    """The table :func:`pack` wrote, of any format version this replmon knows; also the formats from before the
+    version: LZ4-compressed packed states (:data:`LEGACY_LZ4`), an uncompressed pickle of packed states, or of
+    whole states. A version from a newer replmon is refused (:class:`StateVersionError`): read as another format,
+    it would lose every partition's state."""
+    if value is None:
+        return ColumnarTable()
+    if value.startswith(STATE_MAGIC):
+        version = value[len(STATE_MAGIC)]
+        if version not in (1, STATE_VERSION):
+            raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
+                                    f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
+                                    "checkpoint, or a newer one")
+        raw = _decompress(value[len(STATE_MAGIC) + 1:])
+        if version == STATE_VERSION:
+            packed, names, metas, layout, data = pickle.loads(raw)
+            return ColumnarTable(PackedTable(packed), SteadyColumns(names, metas, _columns(layout, data),
+                                                                    np.ones(len(metas), np.bool_)))
+        value = raw
+    elif value.startswith(LEGACY_LZ4):
+        value = _decompress(value[len(LEGACY_LZ4):])
+    table = pickle.loads(value)
+    if isinstance(next(iter(table.values()), b""), bytes):  # one format per table: its first value tells
+        return ColumnarTable(PackedTable(table))
+    return ColumnarTable(PackedTable(live=table))  # whole states, not their pickles
+
+
+def _columns(layout: tuple[int, int, str], data: bytes) -> dict[str, np.ndarray]:
+    """The arrays :func:`pack` wrote one after the other (``layout``: rows, broker slots, each one's dtype)."""
+    rows, slots, dtypes = layout
+    widths = {"brokers": slots, "log_end_offsets": slots, "history_time_ms": LEO_HISTORY_LENGTH,
+              "history_log_end_offset": LEO_HISTORY_LENGTH}
+    columns: dict[str, np.ndarray] = {}
+    at = 0
+    for name, char in zip(COLUMNS, dtypes, strict=True):
+        dtype = np.dtype(char)
+        count = rows * widths.get(name, 1)
+        column = np.frombuffer(data, dtype, count, at)
+        at += count * dtype.itemsize
+        if name in widths:
+            column = column.reshape(rows, widths[name])
+        columns[name] = column.astype(np.int64) if dtype.kind == "i" else column.copy()
+    return columns
+
+
+def _decompress(sized: bytes) -> bytes:
+    size = int.from_bytes(sized[:_SIZE], "big")
+    return pa.decompress(sized[_SIZE:], decompressed_size=size, codec="lz4", asbytes=True)

@@ -1,0 +1,260 @@
+"""The steady columns against :mod:`streaming.detect`: a bucket kept as columns, its steady samples applied at once
+(:mod:`streaming.steady`), gives the events, metrics, history marks and states that the step of each sample
+gives on a plain table, on generated sequences of samples with everything else mixed in (leader changes, clean
+and unclean, ISR churn, truncations, HW regressions and stalls, lineages, unanswered replicas, topic configs,
+the agents' disk readings, the metadata log's changes, silence and the staleness timer, topic recreation), with
+the table packed and unpacked between micro-batches as the state store does."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from replmon.contracts.samples import (
+    EpochEntry,
+    LeaderRecoveryState,
+    PartitionChange,
+    PartitionSample,
+    ReplicaError,
+    ReplicaOffsets,
+    ReplicaSample,
+    to_json,
+)
+from streaming.detect import DetectConfig, step_dict
+from streaming.processor import KIND_EVENT, KIND_PARTITION, apply_bucket, expire_bucket, process_bucket
+from streaming.state import PartitionState
+from streaming.steady import SteadyColumns, steady_form
+from streaming.table import ColumnarTable, pack, unpack
+
+CFG = DetectConfig(stale_after_ms=20_000, hw_stalled_after_ms=8_000, flapping_window_ms=60_000, flapping_threshold=3)
+
+
+class Partition:
+    """One partition of the simulated cluster: what a collector would read from it."""
+
+    def __init__(self, rng: random.Random, number: int) -> None:
+        self.rng = rng
+        self.number = number
+        self.replicas = rng.sample([1, 2, 3, 4], rng.choice([1, 2, 3, 3, 3]))
+        self.leader = self.replicas[0]
+        self.epoch = 0
+        self.isr = list(self.replicas)
+        self.kip966 = rng.random() < 0.5
+        self.elr: list[int] = []
+        self.leos = dict.fromkeys(self.replicas, 1000)
+        self.hw = 1000
+        self.log_start = 0
+        self.min_isr = rng.choice([1, 2])
+        self.topic_id = f"id-{number}"
+        self.lineage = [(0, 0)]
+        self.hw_frozen = 0
+
+    def advance(self) -> None:
+        rng = self.rng
+        roll = rng.random()
+        if roll < 0.03 and len(self.replicas) > 1:  # a leader change, clean or not
+            out_of_isr = [b for b in self.replicas if b not in self.isr]
+            self.leader = rng.choice(out_of_isr if out_of_isr and rng.random() < 0.4 else
+                                     [b for b in self.isr if b != self.leader] or self.replicas)
+            self.epoch += 1
+            self.lineage.append((self.epoch, self.leos[self.leader]))
+            if self.leader not in self.isr:
+                self.isr = [self.leader]
+        elif roll < 0.07 and len(self.isr) > 1:
+            self.isr.remove(rng.choice([b for b in self.isr if b != self.leader]))
+        elif roll < 0.11 and len(self.isr) < len(self.replicas):
+            self.isr.append(rng.choice([b for b in self.replicas if b not in self.isr]))
+        elif roll < 0.13:
+            broker = rng.choice(self.replicas)
+            self.leos[broker] = max(0, self.leos[broker] - rng.randint(1, 30))  # a truncation
+        elif roll < 0.14:
+            self.hw = max(0, self.hw - rng.randint(1, 20))  # a HW regression
+        elif roll < 0.16:
+            self.hw_frozen = rng.randint(2, 8)
+        elif roll < 0.17:
+            self.topic_id = f"id-{self.number}-{rng.randint(0, 9)}"  # recreated
+        self.elr = [b for b in self.replicas if b not in self.isr][:1] if self.kip966 else []
+        self.leos[self.leader] += rng.choice([0, 0, 5, 20, 40])
+        for broker in self.replicas:
+            if broker != self.leader and broker in self.isr:
+                self.leos[broker] = min(self.leos[self.leader], self.leos[broker] + rng.randint(0, 50))
+        if self.hw_frozen:
+            self.hw_frozen -= 1
+        else:
+            self.hw = max(self.hw, min(self.leos[b] for b in self.isr))
+        if rng.random() < 0.05:
+            self.log_start += 10
+
+    def sample(self, cycle: int, time_ms: int) -> dict[str, Any]:
+        rng = self.rng
+        offsets = []
+        for broker in self.replicas:
+            if rng.random() < 0.04:
+                offsets.append(ReplicaOffsets(broker_id=broker, error=ReplicaError.UNREACHABLE))
+            else:
+                offsets.append(ReplicaOffsets(broker_id=broker, log_end_offset=self.leos[broker]))
+        configs = cycle % 4 == 0
+        s = PartitionSample(
+            cluster="c", collector_id="x", cycle=cycle, sample_time_ms=time_ms, topic="t", partition=self.number,
+            topic_id=self.topic_id if rng.random() < 0.9 else None, leader=self.leader, leader_epoch=self.epoch,
+            replicas=self.replicas, isr=self.isr, elr=self.elr if self.kip966 else None,
+            last_known_elr=[] if self.kip966 else None,
+            high_watermark=None if rng.random() < 0.03 else self.hw,
+            log_start_offset=self.log_start if rng.random() < 0.8 else None, replica_offsets=offsets,
+            epoch_lineage=([EpochEntry(leader_epoch=e, start_offset=o) for e, o in self.lineage]
+                           if rng.random() < 0.08 else None),
+            min_insync_replicas=self.min_isr if configs else None,
+            unclean_leader_election=(rng.random() < 0.1) if configs else None)
+        return json.loads(to_json(s))
+
+    def replica_sample(self, cycle: int, time_ms: int) -> dict[str, Any]:
+        broker = self.rng.choice(self.replicas)
+        s = ReplicaSample(cluster="c", agent_id="a", cycle=cycle, sample_time_ms=time_ms, broker_id=broker,
+                          log_dir="/d", topic="t", partition=self.number, log_end_offset=self.leos[broker],
+                          high_watermark_checkpoint=self.hw,
+                          epoch_lineage=[EpochEntry(leader_epoch=e, start_offset=o) for e, o in self.lineage])
+        return json.loads(to_json(s))
+
+    def change(self, offset: int, time_ms: int) -> dict[str, Any]:
+        s = PartitionChange(cluster="c", agent_id="a", broker_id=1, metadata_offset=offset, append_time_ms=time_ms,
+                            record_type="PartitionChangeRecord", topic="t", topic_id=self.topic_id,
+                            partition=self.number, leader=self.leader, leader_epoch=self.epoch,
+                            partition_epoch=offset, replicas=self.replicas, isr=self.isr, elr=self.elr,
+                            last_known_elr=[], leader_recovery_state=LeaderRecoveryState.RECOVERED)
+        return json.loads(to_json(s))
+
+
+def batch_frame(records: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
+    return pd.DataFrame({"kind": [k for k, _ in records], "sample": [json.dumps(s) for _, s in records],
+                         "sample_time_ms": [s.get("sample_time_ms", s.get("append_time_ms")) for _, s in records],
+                         "cycle": [s.get("cycle", s.get("metadata_offset")) for _, s in records]})
+
+
+def normal(row: dict[str, Any]) -> dict[str, Any]:
+    """A row with its absent values dropped and numpy values as Python's."""
+    out = {}
+    for name, value in row.items():
+        if isinstance(value, np.generic):
+            value = value.item()
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
+
+
+def outputs(rows: list[dict[str, Any]]) -> tuple[list[str], dict[tuple[Any, ...], dict[str, Any]]]:
+    events = sorted(row["payload"] for row in rows if row["kind"] == KIND_EVENT)
+    partitions = {(row["cluster"], row["topic"], row["partition"]): normal(row)
+                  for row in rows if row["kind"] == KIND_PARTITION}
+    return events, partitions
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    cluster = [Partition(rng, n) for n in range(rng.randint(3, 8))]
+    reference: dict[Any, Any] = {}
+    stored = pack(ColumnarTable())
+    time_ms, cycle, metadata_offset = 1_000_000, 0, 0
+    steady_seen = 0
+    for _ in range(60):
+        records: list[tuple[str, dict[str, Any]]] = []
+        for _round in range(rng.choice([1, 1, 1, 2])):
+            cycle += 1
+            time_ms += rng.choice([1_000, 2_000, 5_000, 5_000, 7_000])
+            for p in cluster:
+                p.advance()
+                if rng.random() < 0.9:
+                    records.append(("p", p.sample(cycle, time_ms + rng.randint(0, 300))))
+                if rng.random() < 0.05:
+                    records.append(("r", p.replica_sample(cycle, time_ms + rng.randint(0, 300))))
+                if rng.random() < 0.04:
+                    metadata_offset += 1
+                    records.append(("m", p.change(metadata_offset, time_ms - rng.randint(0, 2_000))))
+        rng.shuffle(records)
+        now_ms = time_ms + 500
+        if rng.random() < 0.1:  # the job falls silent for a while: the timer runs first
+            now_ms += 25_000
+            reference, expected_stale = expire_bucket(reference, CFG, now_ms)
+            table, stale = expire_bucket(unpack(stored), CFG, now_ms)
+            assert outputs(stale) == outputs(expected_stale)
+            stored = pack(table)
+        frame = batch_frame(records)
+        reference, expected = process_bucket(reference, frame, CFG, now_ms)
+        table = unpack(stored)
+        steady_before = len(table.steady)
+        table, out = apply_bucket(table, frame, CFG, now_ms)
+        steady_seen += 0 if out.steady is None else len(out.steady["partition"])
+        got = process_bucket(unpack(stored), frame, CFG, now_ms)[1]
+        assert outputs(got) == outputs(expected)
+        assert outputs(out.rows + (process_bucket_steady_rows(out.steady))) == outputs(expected)
+        stored = pack(table)
+        assert steady_before <= len(cluster)
+        assert dict(unpack(stored).items()) == reference
+    assert steady_seen > 0  # the sequences exercise the steady path, not only the step
+
+
+def process_bucket_steady_rows(steady: dict[str, Any] | None) -> list[dict[str, Any]]:
+    from streaming.processor import steady_rows
+
+    return [] if steady is None else steady_rows(steady)
+
+
+def test_the_columns_hold_a_steady_state_exactly() -> None:
+    rng = random.Random(7)
+    states: dict[Any, PartitionState] = {}
+    for n in range(200):
+        p = Partition(rng, n)
+        state = None
+        for cycle in range(1, rng.randint(2, 12)):
+            p.advance()
+            state = step_dict(state, p.sample(cycle, 1_000_000 + cycle * 5_000), CFG, 1_000_000 + cycle * 5_000)[0]
+        assert state is not None
+        if steady_form(state):
+            states[("c", "t", n)] = state
+    assert len(states) > 50
+    columns = SteadyColumns.empty()
+    columns.add(states)
+    assert {key: columns.state(row) for key, row in columns.index.items()} == states
+    again = unpack(pack(ColumnarTable(steady=columns)))
+    assert len(again.steady) == len(states) and dict(again.items()) == states
+
+
+def test_a_bucket_of_the_format_before_the_columns_loads_and_moves_into_them() -> None:
+    """A checkpoint written by the version that pickled every state (format 1) is read as it was; each
+    partition joins the columns at its next steady sample, and the outputs are those of the reference."""
+    import pickle
+
+    import pyarrow as pa
+
+    from streaming.state import dump_state
+
+    rng = random.Random(3)
+    cluster = [Partition(rng, n) for n in range(6)]
+    reference: dict[Any, Any] = {}
+    for cycle in range(1, 4):
+        for p in cluster:
+            p.advance()
+        reference, _ = process_bucket(reference, batch_frame([("p", p.sample(cycle, 1_000_000 + cycle * 5_000))
+                                                               for p in cluster]), CFG, 2_000_000)
+    raw = pickle.dumps({key: dump_state(state) for key, state in reference.items()}, protocol=5)
+    version_1 = b"RPL\x01" + len(raw).to_bytes(8, "big") + pa.compress(raw, codec="lz4", asbytes=True)
+    old = unpack(version_1)
+    assert len(old.steady) == 0 and dict(old.items()) == reference
+    for cycle in range(4, 7):
+        for p in cluster:
+            p.advance()
+        frame = batch_frame([("p", p.sample(cycle, 1_000_000 + cycle * 5_000)) for p in cluster])
+        reference, expected = process_bucket(reference, frame, CFG, 2_000_000)
+        table, got = process_bucket(unpack(version_1), frame, CFG, 2_000_000)
+        assert outputs(got) == outputs(expected)
+        version_1 = pack(table)
+    assert len(unpack(version_1).steady) > 0 and dict(unpack(version_1).items()) == reference
