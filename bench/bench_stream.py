@@ -601,7 +601,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         def run_baseline(run: str) -> dict[str, Any]:
             """The stateless baseline on the backlog, from its start (a fresh checkpoint per run)."""
             parsed = parse_samples(kafka_source(spark, config), range(config.stream.state_buckets))
-            baseline = (processor_input(parsed).writeStream
+            baseline = (processor_input(parsed, range(config.stream.state_buckets)).writeStream
                         .queryName("bench-baseline").format("noop")
                         .option("checkpointLocation", str(work / run / "checkpoint"))
                         .trigger(processingTime=f"{args.trigger} seconds").start())

@@ -48,6 +48,7 @@ if str(ROOT) not in sys.path:
 
 from kafka import KafkaConsumer, TopicPartition  # noqa: E402
 
+from replmon.contracts.batches import decode_batch, is_batch  # noqa: E402
 from replmon.contracts.events import EventType  # noqa: E402
 from replmon.contracts.samples import PartitionSample, parse_sample  # noqa: E402
 from replmon.core.processes import wait_until  # noqa: E402
@@ -129,13 +130,10 @@ def reference(bootstrap: str, samples_topic: str, cfg: DetectConfig, topics: set
     for _p, _o, _k, value in read_records(bootstrap, samples_topic, until):
         if value is None:
             continue
-        try:
-            sample = parse_sample(value)
-        except Exception:
-            continue  # the quarantine's business
-        if isinstance(sample, PartitionSample) and sample.topic in topics:
-            by_key.setdefault((sample.cluster, sample.topic, sample.partition), []).append(sample)
-            count += 1
+        for sample in _samples_of(value):
+            if isinstance(sample, PartitionSample) and sample.topic in topics:
+                by_key.setdefault((sample.cluster, sample.topic, sample.partition), []).append(sample)
+                count += 1
     events: dict[str, dict[str, Any]] = {}
     final: dict[Key, PartitionState] = {}
     last: dict[Key, int] = {}
@@ -149,6 +147,17 @@ def reference(bootstrap: str, samples_topic: str, cfg: DetectConfig, topics: set
         final[key] = state
         last[key] = max(s.sample_time_ms for s in samples)
     return Reference(events, final, last, count)
+
+
+def _samples_of(value: bytes) -> list[Any]:
+    """The valid samples of a record: a JSON record's one, a batch's entries (the others are the quarantine's
+    business)."""
+    try:
+        if is_batch(value):
+            return [PartitionSample.model_validate(entry) for entry in decode_batch(value)]
+        return [parse_sample(value)]
+    except Exception:
+        return []
 
 
 def comparable(event: dict[str, Any]) -> dict[str, Any]:
@@ -491,8 +500,7 @@ def healthy_sampled(bootstrap: str, samples_topic: str, topics: Iterable[str]) -
     watermark: nothing will change any more once the producers have stopped."""
     newest: dict[tuple[str, int], PartitionSample] = {}
     for _p, _o, _k, value in read_records(bootstrap, samples_topic):
-        with contextlib.suppress(Exception):
-            s = parse_sample(value or b"")
+        for s in _samples_of(value or b""):
             if isinstance(s, PartitionSample) and s.topic in topics:
                 newest[(s.topic, s.partition)] = s
     wanted = set(topics)

@@ -24,12 +24,14 @@ import logging
 import sys
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable
 from typing import IO, Any, Protocol
 
 from collectors.metrics import CollectorMetrics
-from replmon.contracts.samples import BrokerChange, CycleSample, Sample, sample_key, to_json
+from replmon.contracts.batches import encode_batch
+from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig
 from replmon.core.kafka_topics import ensure_topic
 
@@ -40,7 +42,14 @@ BACKOFF_MAX_S = 30.0
 MAX_IN_FLIGHT = 20_000
 """Records handed to the producer and not yet acknowledged, at most."""
 
-Record = tuple[bytes, bytes]
+Record = tuple[bytes, bytes, int]
+"""Key, value, and how many samples the value holds (a batch holds many: the buffer is bounded in samples)."""
+BATCH_GROUPS = 16
+"""A cluster's partition samples go in batches keyed ``cluster/#g``, g one of these groups: (CRC-32 of the topic
++ partition) mod 16, the same in every process and run, so a partition's samples always share a key and land in
+one Kafka partition, in order; a topic's partitions go round the groups."""
+BATCH_MAX_ENTRIES = 2_000
+"""Samples per batch record at most (~500 kB before compression, under the producer's max_request_size)."""
 
 
 def record_key(sample: Sample) -> bytes:
@@ -49,6 +58,30 @@ def record_key(sample: Sample) -> bytes:
     if isinstance(sample, CycleSample | BrokerChange):
         return sample.cluster.encode()
     return sample_key(sample.cluster, sample.topic, sample.partition)
+
+
+def encode_records(samples: Iterable[Sample], sample_format: str = "batch") -> list[Record]:
+    """The records of ``samples``: with ``sample_format`` "batch", a cycle's partition samples as
+    ``partition_batch/v1`` records (:func:`replmon.contracts.batches.encode_batch`, keyed ``cluster/#group``),
+    every other sample as its JSON record; with "json", every sample as its JSON record (what replmon wrote before
+    batches, still read by the job)."""
+    records: list[Record] = []
+    groups: dict[tuple[str, int], list[PartitionSample]] = {}
+    topic_hashes: dict[str, int] = {}
+    for s in samples:
+        if sample_format == "batch" and type(s) is PartitionSample:
+            topic_hash = topic_hashes.get(s.topic)
+            if topic_hash is None:
+                topic_hash = topic_hashes[s.topic] = zlib.crc32(s.topic.encode())
+            groups.setdefault((s.cluster, (topic_hash + s.partition) % BATCH_GROUPS), []).append(s)
+        else:
+            records.append((record_key(s), to_json(s), 1))
+    for (cluster, group), members in groups.items():
+        key = f"{cluster}/#{group}".encode()
+        for start in range(0, len(members), BATCH_MAX_ENTRIES):
+            chunk = members[start:start + BATCH_MAX_ENTRIES]
+            records.append((key, encode_batch(chunk), len(chunk)))
+    return records
 
 
 class SampleSink(Protocol):
@@ -144,6 +177,8 @@ class SamplePublisher:
         self._buffer: deque[Record] = deque()
         self._cond = threading.Condition()
         self._in_flight = 0
+        self._in_flight_samples = 0
+        self._buffered = 0
         self._dropped = 0
         self._published = 0
         self._closing = False
@@ -155,20 +190,23 @@ class SamplePublisher:
 
     # ------------------------------------------------------------------ API
     def publish(self, samples: Iterable[Sample]) -> None:
-        records = [(record_key(s), to_json(s)) for s in samples]
+        records = encode_records(samples, self.config.transport.sample_format)
         if not records:
             return
+        dropped = 0
         with self._cond:
             if self._closing:
                 raise RuntimeError("SamplePublisher is closed")
             self._buffer.extend(records)
+            self._buffered += sum(count for _, _, count in records)
             # the bound covers what the producer holds unacknowledged too: that is memory as well
-            overflow = len(self._buffer) + self._in_flight - self.max_buffered
-            for _ in range(max(0, overflow)):
-                self._buffer.popleft()  # the oldest go first: newer samples supersede them
+            while self._buffer and self._buffered + self._in_flight_samples > self.max_buffered:
+                count = self._buffer.popleft()[2]  # the oldest go first: newer samples supersede them
+                self._buffered -= count
+                dropped += count
             self._cond.notify_all()
-        if overflow > 0:
-            self._count_dropped(overflow, "buffer full")
+        if dropped:
+            self._count_dropped(dropped, "buffer full")
         self._update_gauge()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -187,8 +225,9 @@ class SamplePublisher:
         self.flush(timeout_s)
         with self._cond:
             self._closing = True
-            left = len(self._buffer)
+            left = self._buffered
             self._buffer.clear()
+            self._buffered = 0
             self._cond.notify_all()
         if left:
             self._count_dropped(left, "closed before delivery")
@@ -208,7 +247,7 @@ class SamplePublisher:
     @property
     def buffered(self) -> int:
         """Samples not yet acknowledged: waiting in the buffer or in flight."""
-        return len(self._buffer) + self._in_flight
+        return self._buffered + self._in_flight_samples
 
     @property
     def published(self) -> int:
@@ -260,32 +299,39 @@ class SamplePublisher:
             with self._cond:
                 if self._closing or not self._buffer or self._in_flight >= self._max_in_flight:
                     return
-                key, value = self._buffer.popleft()
+                record = self._buffer.popleft()
+                self._buffered -= record[2]
                 self._in_flight += 1
+                self._in_flight_samples += record[2]
+            key, value, count = record
             try:
                 future = self._producer.send(self.topic, key=key, value=value)
             except KafkaTimeoutError as exc:
                 with self._cond:
                     self._in_flight -= 1
-                    self._buffer.appendleft((key, value))  # not sent: it keeps its place
+                    self._in_flight_samples -= count
+                    self._buffer.appendleft(record)  # not sent: it keeps its place
+                    self._buffered += count
                 self._failed(f"samples topic {self.topic} unavailable: {_describe(exc)}")
                 return
             except Exception as exc:
                 with self._cond:
                     self._in_flight -= 1
-                self._count_dropped(1, _describe(exc))
+                    self._in_flight_samples -= count
+                self._count_dropped(count, _describe(exc))
                 self._failed(f"sending to {self.topic} failed: {_describe(exc)}")
                 return
-            future.add_callback(self._on_ack)
-            future.add_errback(self._on_error, (key, value))
+            future.add_callback(self._on_ack, count)
+            future.add_errback(self._on_error, record)
 
-    def _on_ack(self, _metadata: Any) -> None:
+    def _on_ack(self, count: int, _metadata: Any) -> None:
         with self._cond:
             self._in_flight -= 1
-            self._published += 1
+            self._in_flight_samples -= count
+            self._published += count
             self._cond.notify_all()
         if self.metrics:
-            self.metrics.samples_published.inc()
+            self.metrics.samples_published.inc(count)
         if self._outage is not None:
             self._recovered()
         self._update_gauge()
@@ -294,14 +340,18 @@ class SamplePublisher:
         """A retriable failure (no leader, too few in-sync replicas, delivery timeout) puts the sample back at the
         head of the buffer, to be sent again after the backoff; any other failure drops it."""
         requeued = False
+        count = record[2]
         with self._cond:
             self._in_flight -= 1
-            if getattr(exc, "retriable", False) and not self._closing and len(self._buffer) < self.max_buffered:
+            self._in_flight_samples -= count
+            if (getattr(exc, "retriable", False) and not self._closing
+                    and self._buffered + count <= self.max_buffered):
                 self._buffer.appendleft(record)
+                self._buffered += count
                 requeued = True
             self._cond.notify_all()
         if not requeued:
-            self._count_dropped(1, _describe(exc))
+            self._count_dropped(count, _describe(exc))
         self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
         self._update_gauge()
 

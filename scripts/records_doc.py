@@ -92,12 +92,37 @@ def render_samples() -> str:
     for schema_name, model in SAMPLE_MODELS.items():
         lines += [f"## `{schema_name}`: {model.__name__}", "", _one_line(model.__doc__ or ""), "",
                   *fields_table(model), ""]
+    lines += _batch_section()
     for model in (ReplicaOffsets, EpochEntry):
         lines += [f"## {model.__name__}", "", _one_line(model.__doc__ or ""), "", *fields_table(model), ""]
     lines += ["## Replica errors", "", "| `error` | meaning |", "|---|---|"]
     meanings = _enum_comments(ReplicaError)
     lines += [f"| `{e.value}` | {meanings.get(e.name, '')} |" for e in ReplicaError]
     return "\n".join(lines) + "\n"
+
+
+def _batch_section() -> list[str]:
+    """``partition_batch/v1``: its record, and its Arrow schema as the contract derives it."""
+    from collectors.publisher import BATCH_MAX_ENTRIES
+    from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, SKIPPED
+    from streaming.batches import MAX_BATCH_ENTRIES
+
+    lines = [f"## `{BATCH_SCHEMA}`: many partition samples in one record", "",
+             "What the collectors publish by default (`transport.sample_format: batch`): a cycle's partition samples "
+             "as Arrow IPC streams of `partition/v1` entries, one record per group of partitions and at most "
+             f"{BATCH_MAX_ENTRIES:,} entries, keyed `cluster/#group` (a partition's group never changes: its "
+             "samples stay in one Kafka partition, in order). A value that opens with the IPC stream marker "
+             "`FF FF FF FF` is a batch, one that opens with `{` a JSON record: both may share the topic. The "
+             "stream's schema metadata `schema` "
+             f"is `{BATCH_SCHEMA}`; its columns are the fields of `partition/v1` but "
+             + ", ".join(f"`{name}`" for name in SKIPPED) + ", under the same names and with the same meanings, "
+             "each of the Arrow type below. The job checks every entry as it checks a JSON record (bounds, "
+             "lengths, required fields) and quarantines a bad entry alone; a record it cannot read as such a "
+             "stream (`malformed_batch`), of another schema (`unknown_schema`, `missing_field`, `wrong_type`, "
+             f"`unknown_field`) or of more than {MAX_BATCH_ENTRIES:,} entries (`oversized_batch`), whole.", "",
+             "| column | Arrow type |", "|---|---|"]
+    lines += [f"| `{field.name}` | `{field.type}` |" for field in ARROW_SCHEMA]
+    return [*lines, ""]
 
 
 def _enum_comments(enum: type[ReplicaError]) -> dict[str, str]:

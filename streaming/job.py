@@ -105,7 +105,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
     state_handler = StateBatchHandler(config, exporter, stats, gate, spark)
-    processed = (processor_input(parsed)
+    processed = (processor_input(parsed, layout.bucket_ids)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
                      stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime",

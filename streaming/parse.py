@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, MapType, StringType
 
+from replmon.contracts.batches import IPC_MARKER
 from replmon.contracts.samples import (
     BROKER_CHANGE_SCHEMA,
     PARTITION_CHANGE_SCHEMA,
@@ -26,7 +27,8 @@ from replmon.contracts.samples import (
     SampleModel,
 )
 from streaming import schema
-from streaming.processor import PROCESSOR_INPUT, QUARANTINED
+from streaming.batches import split_rows
+from streaming.processor import BATCH, PROCESSOR_INPUT, QUARANTINED
 
 SAMPLE_STRUCT = schema.union_struct(*SAMPLE_MODELS.values())
 """Every field of the sample models: any record is parsed once, whatever its kind."""
@@ -99,13 +101,15 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     formatting, a field missing or extra, trailing content, not JSON) is parsed a second time as a map of raw
     fields, which tells a missing field from one of the wrong type and finds extra fields
     (docs/benchmarks.md, "Streaming job": the second parse on every record halved the throughput)."""
+    batch_record = F.substring(F.col("value"), 1, len(IPC_MARKER)) == F.lit(bytearray(IPC_MARKER))
     text = F.col("value").cast("string")
     # JSON is UTF-8: a record that is not goes to the quarantine with its bad bytes replaced (U+FFFD), and
     # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch)
     value = F.make_valid_utf8(text)
     rows = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
-                      _once(F.from_json(value, SAMPLE_STRUCT, STRICT_JSON)).alias("u"),
-                      F.is_valid_utf8(text).alias("utf8"))
+                      _once(F.when(~batch_record, F.from_json(value, SAMPLE_STRUCT, STRICT_JSON))).alias("u"),
+                      F.is_valid_utf8(text).alias("utf8"), F.coalesce(batch_record, F.lit(False)).alias("batched"),
+                      F.when(batch_record, F.col("value")).alias("batch"))
     name = F.col("u")["schema"]
     models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
     rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
@@ -120,7 +124,7 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
         for s, m in SAMPLE_MODELS.items()], F.lit(False))
     rows = rows.select("*", _once(fast).alias("fast"))
     wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL, STRICT_JSON)
-    rows = rows.select("*", _once(F.when(~F.col("fast"), wrapped)).alias("wrapped"))
+    rows = rows.select("*", _once(F.when(~F.col("fast") & ~F.col("batched"), wrapped)).alias("wrapped"))
     fields = F.when(F.size(F.col("wrapped")) == 1, F.col("wrapped")[0])
     slow_name = fields["schema"]
     slow: Column = (
@@ -132,8 +136,9 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     for s, m in SAMPLE_MODELS.items():
         slow = slow.when(slow_name == s, F.coalesce(schema.text_not_string(m, F.col("raw")),
                                                     _first_violation(m, parsed[s], fields)))
-    reason = F.when(F.col("fast"), F.lit(None).cast("string")).otherwise(slow)
-    kind = (F.when(name == PARTITION_SCHEMA, F.lit("p"))
+    reason = F.when(F.col("fast") | F.col("batched"), F.lit(None).cast("string")).otherwise(slow)
+    kind = (F.when(F.col("batched"), F.lit(BATCH))
+            .when(name == PARTITION_SCHEMA, F.lit("p"))
             .when(name == REPLICA_SCHEMA, F.lit("r"))
             .when(name == PARTITION_CHANGE_SCHEMA, F.lit("m"))
             .when(name == BROKER_CHANGE_SCHEMA, F.lit("b")).otherwise(F.lit("c")))
@@ -152,6 +157,7 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
         F.element_at(F.array(*map(F.lit, bucket_ids)),
                      (F.pmod(F.xxhash64(key), F.lit(len(bucket_ids))) + 1).cast("int")).alias("bucket"),
         time_ms.alias("sample_time_ms"), F.coalesce(either("cycle"), either("metadata_offset")).alias("cycle"),
+        "batch",
     )
 
 
@@ -159,16 +165,22 @@ QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
 """What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64)."""
 
 
-def processor_input(parsed: DataFrame) -> DataFrame:
+def processor_input(parsed: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     """The rows of :func:`parse_samples` the processor takes, in its columns: valid partition and replica
-    samples, partition and broker changes, and every bad record as kind :data:`~streaming.processor.QUARANTINED`
-    with its quarantine fields as ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
+    samples, partition and broker changes, each batch record's shares per state bucket
+    (:func:`streaming.batches.split_rows`: its bad entries, or the whole record when it cannot be read, quarantined
+    there), and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its quarantine fields as
+    ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
     bad = F.col("reason").isNotNull()
-    quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], F.base64("key").alias("key")), CANONICAL_JSON)
-    return (parsed.filter(bad | F.col("kind").isin("p", "r", "m", "b"))
+    key = F.base64("key").alias("key")
+    quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], key), CANONICAL_JSON)
+    where = F.to_json(F.struct("partition", "offset", key), CANONICAL_JSON)  # a batch's, for its quarantine
+    rows = (parsed.filter(bad | F.col("kind").isin("p", "r", "m", "b", BATCH))
             .withColumns({"kind": F.when(bad, F.lit(QUARANTINED)).otherwise(F.col("kind")),
-                          "sample": F.when(bad, quarantined).otherwise(F.col("sample"))})
+                          "sample": (F.when(bad, quarantined).when(F.col("kind") == BATCH, where)
+                                     .otherwise(F.col("sample")))})
             .select(*PROCESSOR_INPUT))
+    return rows.mapInArrow(split_rows(list(bucket_ids)), rows.schema)
 
 
 def quarantined_records(payloads: list[str]) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from pydantic_core import from_json
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
@@ -41,8 +42,10 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from replmon.contracts.batches import entries as batch_entries
 from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
+from streaming.batches import BATCH, QUARANTINED, gather_entries
 from streaming.detect import (
     DetectConfig,
     PartitionMetrics,
@@ -60,7 +63,7 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import gather, steady_metrics, steady_step
+from streaming.steady import SampleColumns, gather, steady_metrics, steady_step
 from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -70,11 +73,6 @@ or a plain dict (the reference the tests compare it with)."""
 KIND_EVENT = "event"
 KIND_PARTITION = "partition"
 KIND_QUARANTINE = "quarantine"
-QUARANTINED = "q"
-"""Input ``kind`` of a record that failed parsing or validation (the job reads and parses each record once, for
-the state and the quarantine): its ``sample`` is what the quarantine keeps of it, passed through untouched as
-the ``payload`` of a KIND_QUARANTINE output row."""
-
 STATE_SCHEMA = StructType([StructField("partitions", BinaryType(), True)])
 
 ROW_HEAD = StructType([
@@ -169,12 +167,13 @@ def partition_row(m: PartitionMetrics, history: bool = True) -> dict[str, Any]:
     return row
 
 
-PROCESSOR_INPUT = ("bucket", "kind", "sample", "sample_time_ms", "cycle")
-"""The processor's input columns (of :func:`streaming.parse.parse_samples`): the samples travel as the JSON the
-collectors write, which pydantic-core's JSON parser (``from_json``: 3.3 µs for a replication-factor-3 sample,
-``json.loads`` 7.0 µs) turns into the dicts :mod:`streaming.detect` takes, integers as integers.
-(A nested struct column arrives through pandas with every nullable integer a float and every list a numpy array:
-the conversion back cost more than the detection.)"""
+PROCESSOR_INPUT = ("bucket", "kind", "sample", "sample_time_ms", "cycle", "batch")
+"""The processor's input columns (of :func:`streaming.parse.processor_input`): a bucket's share of a batch
+record travels as its IPC stream (``batch``, kind :data:`BATCH`); every other record as the JSON the collectors
+write, which pydantic-core's JSON parser (``from_json``: 3.3 µs for a replication-factor-3 sample, ``json.loads``
+7.0 µs) turns into the dicts :mod:`streaming.detect` takes, integers as integers. (A nested struct column arrives
+through pandas with every nullable integer a float and every list a numpy array: the conversion back cost more
+than the detection.)"""
 
 
 class BucketOutput(NamedTuple):
@@ -207,24 +206,42 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     bad = samples["kind"] == QUARANTINED
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
-    ordered = samples[~bad].sort_values(["sample_time_ms", "cycle"], kind="stable")
+    batched = samples["kind"] == BATCH
+    ordered = samples[~bad & ~batched].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
     snapshot: set[PartitionKey] = set()
     table = table.copy()
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
+    entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
+    entry_keys: list[PartitionKey] = [] if entries is None else list(zip(
+        *(entries.column(name).to_numpy(zero_copy_only=False).tolist() for name in ("cluster", "topic", "partition")),
+        strict=True))
     steady: dict[str, Any] | None = None
     moved: set[PartitionKey] = set()
+    rest = np.arange(len(entry_keys))
     if isinstance(table, ColumnarTable) and len(table.steady):
         keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"])
                 for kind, s in zip(kinds, parsed, strict=True)]
         records = Counter(keys)
+        records.update(entry_keys)
         alone = [(key, s) for kind, key, s in zip(kinds, keys, parsed, strict=True)
                  if kind == "p" and key is not None and records[key] == 1]
-        batch = steady_step(table.steady, gather(table.steady, alone), cfg, now_ms)
+        index = table.steady.index
+        entry_rows = np.array([index.get(key, -1) if records[key] == 1 else -1 for key in entry_keys], np.int64)
+        gathered = [gather(table.steady, alone)]
+        if entries is not None:
+            gathered.append(gather_entries(table.steady, entries, entry_rows))
+        batch = steady_step(table.steady, SampleColumns.concat(gathered), cfg, now_ms)
         if len(batch.rows):
             steady = steady_metrics(table.steady, batch)
-            moved = {(s["cluster"], s["topic"], s["partition"]) for s in batch.samples}
+            moved = set(batch.keys(table.steady))
+            rest = np.array([i for i, key in enumerate(entry_keys) if key not in moved], np.int64)
+    if entries is not None and len(rest):  # the entries not steady, among the records in time order
+        more: list[dict[str, Any]] = batch_entries(entries, rest)
+        merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
+                        key=lambda record: _order(record[1]))
+        kinds, parsed = [kind for kind, _ in merged], [s for _, s in merged]
     for kind, s in zip(kinds, parsed, strict=True):
         state: BucketValue
         if kind == "b":
@@ -258,6 +275,19 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
         rows.extend(event_row(e) for e in events)
     rows.extend(partition_row(metrics, key in snapshot) for key, metrics in newest.items())
     return table, BucketOutput(rows, steady)
+
+
+def _order(s: dict[str, Any]) -> tuple[int, int]:
+    """Where a record goes in time order, as :func:`streaming.parse.parse_samples` sets its columns."""
+    if "append_time_ms" in s:
+        return s["append_time_ms"], s["metadata_offset"]
+    return s["sample_time_ms"], s["cycle"]
+
+
+def _entries(values: list[bytes]) -> pa.Table | None:
+    """The batches' entries, as one table (each value is one bucket's share of a batch: streaming.batches)."""
+    tables = [pa.ipc.open_stream(value).read_all() for value in values]
+    return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
 def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, list[dict[str, Any]]]:

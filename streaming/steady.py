@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -37,15 +37,11 @@ Bools = npt.NDArray[np.bool_]
 
 NULL = np.iinfo(np.int64).min
 """An absent offset or time in an integer column (``None`` in the state)."""
-NO_ELR = (-1,)
-"""What an absent ELR or last known ELR (a cluster before KIP-966) counts as in a membership fingerprint: no broker
-has id -1, and ``hash(None)`` differs between processes."""
-
 _INT_COLUMNS = ("partition", "cluster_code", "topic_code", "topic_id_code", "leader", "leader_epoch", "fingerprint",
                 "min_insync_replicas", "unclean", "told_until_ms", "isr_size", "replica_count", "leader_slot",
                 "sample_time_ms", "cycle", "received_ms", "high_watermark", "log_start_offset", "committed_end",
-                "hw_stuck_since_ms", "hw_stuck_log_end_offset", "history_length")
-_BOOL_COLUMNS = ("alone", "hw_stalled", "stale")
+                "hw_stuck_since_ms", "hw_stuck_log_end_offset", "history_length", "lineage_fingerprint")
+_BOOL_COLUMNS = ("alone", "hw_stalled", "stale", "lineage_known")
 _MATRIX_COLUMNS = ("brokers", "log_end_offsets", "history_time_ms", "history_log_end_offset")
 COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
 """Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
@@ -57,14 +53,6 @@ def _opt(value: int | None) -> int:
 
 def _none(value: int) -> int | None:
     return None if value == NULL else int(value)
-
-
-def fingerprint(isr: Sequence[int], replicas: Sequence[int], elr: Sequence[int] | None,
-                last_known_elr: Sequence[int] | None) -> int:
-    """The membership lists of a partition as one number: equal lists give equal numbers in every process (the
-    leader and epoch are compared as themselves)."""
-    return hash((tuple(isr), tuple(replicas), NO_ELR if elr is None else tuple(elr),
-                 NO_ELR if last_known_elr is None else tuple(last_known_elr)))
 
 
 def steady_form(state: PartitionState) -> bool:
@@ -199,7 +187,7 @@ class SteadyColumns:
             values = {
                 "partition": key[2], "cluster_code": self._code(key[0]), "topic_code": self._code(key[1]),
                 "topic_id_code": self._code(m.topic_id), "leader": m.leader, "leader_epoch": m.leader_epoch,
-                "fingerprint": fingerprint(m.isr, m.replicas, m.elr, m.last_known_elr),
+                "fingerprint": 0,
                 "min_insync_replicas": _opt(m.min_insync_replicas),
                 "unclean": -1 if m.unclean_leader_election is None else int(m.unclean_leader_election),
                 "told_until_ms": (m.metadata_time_ms + METADATA_PROPAGATION_MS if m.metadata_offset >= 0
@@ -210,6 +198,8 @@ class SteadyColumns:
                 "committed_end": _opt(st.committed_end), "hw_stuck_since_ms": _opt(st.hw_stuck_since_ms),
                 "hw_stuck_log_end_offset": _opt(st.hw_stuck_log_end_offset), "history_length": len(history),
                 "alone": _alone_commits(m), "hw_stalled": st.hw_stalled, "stale": st.stale,
+                "lineage_fingerprint": 0,
+                "lineage_known": m.epoch_lineage is not None and m.lineage_leader_epoch == m.leader_epoch,
                 "brokers": brokers + [-1] * (width - len(brokers)),
                 "log_end_offsets": [st.log_end_offsets[b] for b in brokers] + [NULL] * (width - len(brokers)),
                 "history_time_ms": [t for t, _ in history] + pad,
@@ -217,6 +207,11 @@ class SteadyColumns:
             }
             for name, value in values.items():
                 new[name].append(value)
+        metas = [st.meta for st in states.values()]
+        new["fingerprint"] = fingerprints(*(lists_of([getattr(m, name) for m in metas])
+                                            for name in MEMBERSHIP)).tolist()
+        lineages = [None if m.epoch_lineage is None else [x for pair in m.epoch_lineage for x in pair] for m in metas]
+        new["lineage_fingerprint"] = lineage_fingerprints(lists_of(lineages)).tolist()
         c = self.columns
         for name in _INT_COLUMNS:
             c[name] = np.concatenate([c[name], np.array(new[name], np.int64)])
@@ -251,31 +246,114 @@ class SteadyColumns:
                 for row in np.flatnonzero(silent).tolist()]
 
 
-class SampleColumns:
-    """The samples of a micro-batch that may be steady, one per row of the columns, as arrays (:func:`gather`)."""
+class Lists(NamedTuple):
+    """Integer lists of k entries, flattened: every entry's values one after the other, each entry's length, and
+    whether it has a list at all (``None`` is not ``[]``: a cluster without ELRs is not one with none)."""
 
-    def __init__(self, width: int) -> None:
-        self.width = width
-        self.rows: list[int] = []
-        self.samples: list[Mapping[str, Any]] = []
-        self.values: dict[str, list[int]] = {name: [] for name in (
-            "sample_time_ms", "cycle", "leader", "leader_epoch", "fingerprint", "high_watermark", "log_start_offset")}
-        self.log_end_offsets: list[list[int]] = []
+    values: Ints
+    lengths: Ints
+    present: Bools
+
+
+def lists_of(entries: Sequence[Sequence[int] | None]) -> Lists:
+    values: list[int] = []
+    lengths: list[int] = []
+    for entry in entries:
+        if entry is None:
+            lengths.append(0)
+        else:
+            values.extend(entry)
+            lengths.append(len(entry))
+    return Lists(np.array(values, np.int64), np.array(lengths, np.int64),
+                 np.array([entry is not None for entry in entries], np.bool_))
+
+
+_U64 = np.uint64
+
+
+def _mix(x: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+    """SplitMix64's finaliser: every input bit moves every output bit."""
+    x = x ^ (x >> _U64(30))
+    x = x * _U64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> _U64(27))
+    x = x * _U64(0x94D049BB133111EB)
+    return x ^ (x >> _U64(31))
+
+
+def _list_hashes(lists: Lists, salt: int) -> npt.NDArray[np.uint64]:
+    """One 64-bit hash per entry of its list (order and length count, a missing list is its own value)."""
+    n = len(lists.lengths)
+    ends = np.cumsum(lists.lengths)
+    starts = ends - lists.lengths
+    position = np.arange(len(lists.values), dtype=np.int64) - np.repeat(starts, lists.lengths)
+    items = _mix(lists.values.astype(np.uint64) ^ (position.astype(np.uint64) * _U64(0x9E3779B97F4A7C15)
+                                                   + _U64(salt)))
+    sums = np.concatenate([np.zeros(1, np.uint64), np.cumsum(items, dtype=np.uint64)])
+    hashes = _mix(sums[ends] - sums[starts] + lists.lengths.astype(np.uint64) * _U64(0xD6E8FEB86659FD93)
+                  + _U64(salt))
+    return np.where(lists.present, hashes, _mix(np.full(n, salt * 0x2545F4914F6CDD1D + 1, np.uint64)))
+
+
+def fingerprints(isr: Lists, replicas: Lists, elr: Lists, last_known_elr: Lists) -> Ints:
+    """The membership lists of each entry as one number (the leader and epoch are compared as themselves): equal
+    lists give equal numbers, in every process, from Python lists and from Arrow arrays alike; two different
+    memberships of one partition share a number with a chance of 2^-64."""
+    combined = np.zeros(len(isr.lengths), np.uint64)
+    for salt, lists in enumerate((isr, replicas, elr, last_known_elr), start=1):
+        combined = _mix(combined * _U64(0x100000001B3) + _list_hashes(lists, salt))
+    return combined.view(np.int64)
+
+
+def lineage_fingerprints(pairs: Lists) -> Ints:
+    """A leader lineage as one number per entry: its ``(leader epoch, start offset)`` pairs, flattened, in order."""
+    return _mix(_list_hashes(pairs, 5)).view(np.int64)
+
+
+MEMBERSHIP = ("isr", "replicas", "elr", "last_known_elr")
+SAMPLE_VALUES = ("sample_time_ms", "cycle", "leader", "leader_epoch", "fingerprint", "high_watermark",
+                 "log_start_offset", "lineage_sampled", "lineage_fingerprint")
+
+
+@dataclass
+class SampleColumns:
+    """The samples of a micro-batch that may be steady (each the only record of its partition, its partition
+    with a row), as arrays: their rows, the numbers :func:`steady_step` compares and writes, each replica's LEO in
+    the row's broker order, and the membership lists as the metrics give them."""
+
+    rows: Ints
+    values: dict[str, Ints]
+    log_end_offsets: Ints
+    lists: dict[str, list[Any]]
+
+    @classmethod
+    def empty(cls, width: int) -> SampleColumns:
+        return cls(np.zeros(0, np.int64), {name: np.zeros(0, np.int64) for name in SAMPLE_VALUES},
+                   np.zeros((0, width), np.int64), {name: [] for name in MEMBERSHIP})
+
+    @classmethod
+    def concat(cls, parts: Sequence[SampleColumns]) -> SampleColumns:
+        if len(parts) == 1:
+            return parts[0]
+        return cls(np.concatenate([p.rows for p in parts]),
+                   {name: np.concatenate([p.values[name] for p in parts]) for name in SAMPLE_VALUES},
+                   np.concatenate([p.log_end_offsets for p in parts]),
+                   {name: [x for p in parts for x in p.lists[name]] for name in MEMBERSHIP})
 
 
 def gather(columns: SteadyColumns, samples: Sequence[tuple[PartitionKey, Mapping[str, Any]]]) -> SampleColumns:
-    """The samples (each the only record of its partition in the micro-batch) whose partition has a row, and
-    whose fields a steady sample can have: no lineage, every replica's LEO read, topic configs absent or those
-    of the row. What the columns compare as numbers (times, leader, epoch, membership, offsets) is taken here;
-    :func:`steady_mask` compares it."""
+    """The samples given as dicts whose partition has a row and whose fields a steady sample can have: every
+    replica's LEO read, a high watermark, topic configs absent or those of the row. The rest of what makes a
+    sample steady (times, leader, epoch, membership, lineage, offsets) :func:`steady_step` compares as arrays."""
     c = columns.columns
     topic_ids, min_isr, unclean, brokers = c["topic_id_code"], c["min_insync_replicas"], c["unclean"], c["brokers"]
     codes = columns._codes
-    out = SampleColumns(brokers.shape[1])
-    values = out.values
+    width = brokers.shape[1]
+    rows: list[int] = []
+    kept: list[Mapping[str, Any]] = []
+    all_leos: list[list[int]] = []
     for key, s in samples:
         row = columns.index.get(key)
-        if row is None or s.get("epoch_lineage") is not None:
+        if row is None or s.get("high_watermark") is None:
             continue
         topic_id = s.get("topic_id")
         if topic_id is not None and topic_ids[row] >= 0 and topic_ids[row] != codes.get(topic_id, -2):
@@ -294,45 +372,58 @@ def gather(columns: SteadyColumns, samples: Sequence[tuple[PartitionKey, Mapping
                 break
             leos[ro["broker_id"]] = leo
         else:
-            if len(leos) != len(replicas) or s.get("high_watermark") is None:
+            if len(leos) != len(replicas) or len(replicas) > width:
                 continue
             try:
                 row_leos = [leos[b] for b in replicas]
             except KeyError:
                 continue
-            out.rows.append(row)
-            out.samples.append(s)
-            values["sample_time_ms"].append(s["sample_time_ms"])
-            values["cycle"].append(s["cycle"])
-            values["leader"].append(s["leader"])
-            values["leader_epoch"].append(s["leader_epoch"])
-            values["fingerprint"].append(fingerprint(s["isr"], replicas, s.get("elr"), s.get("last_known_elr")))
-            values["high_watermark"].append(s["high_watermark"])
-            values["log_start_offset"].append(_opt(s.get("log_start_offset")))
-            out.log_end_offsets.append(row_leos + [NULL] * (out.width - len(row_leos)))
-    return out
+            rows.append(row)
+            kept.append(s)
+            all_leos.append(row_leos + [NULL] * (width - len(row_leos)))
+    if not rows:
+        return SampleColumns.empty(width)
+    values = {name: np.array([s[name] for s in kept], np.int64) for name in SAMPLE_VALUES[:4]}
+    values["high_watermark"] = np.array([s["high_watermark"] for s in kept], np.int64)
+    values["log_start_offset"] = np.array([_opt(s.get("log_start_offset")) for s in kept], np.int64)
+    lists = {name: [s.get(name) for s in kept] for name in MEMBERSHIP}
+    values["fingerprint"] = fingerprints(*(lists_of(lists[name]) for name in MEMBERSHIP))
+    lineages = [s.get("epoch_lineage") for s in kept]
+    values["lineage_sampled"] = np.array([lineage is not None for lineage in lineages], np.int64)
+    values["lineage_fingerprint"] = lineage_fingerprints(lists_of([
+        None if lineage is None else [x for e in lineage for x in (e["leader_epoch"], e["start_offset"])]
+        for lineage in lineages]))
+    return SampleColumns(np.array(rows, np.int64), values, np.array(all_leos, np.int64).reshape(len(rows), width),
+                         lists)
 
 
 @dataclass
 class SteadyBatch:
-    """The steady samples of a micro-batch: their rows, and the columns' values after them."""
+    """The steady samples of a micro-batch: their rows, their membership lists, and which rows' metrics are a
+    history snapshot (:func:`streaming.processor.history_due`)."""
 
     rows: Ints
-    samples: list[Mapping[str, Any]]
+    lists: dict[str, list[Any]]
     history: Bools
-    """Which rows' metrics are a history snapshot (:func:`streaming.processor.history_due`)."""
+
+    def keys(self, columns: SteadyColumns) -> list[PartitionKey]:
+        c = columns.columns
+        names = columns.names
+        return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
+            c["cluster_code"][self.rows].tolist(), c["topic_code"][self.rows].tolist(),
+            c["partition"][self.rows].tolist(), strict=True)]
 
 
 def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConfig, now_ms: int) -> SteadyBatch:
     """Apply the steady samples among ``gathered`` to their rows, in place, as :func:`streaming.detect.step_dict`
     would one by one (no events: a sample that would emit one is not steady). The samples left out take the
     step of :mod:`streaming.detect`."""
-    if not gathered.rows:
-        return SteadyBatch(np.zeros(0, np.int64), [], np.zeros(0, np.bool_))
+    if not len(gathered.rows):
+        return SteadyBatch(np.zeros(0, np.int64), {name: [] for name in MEMBERSHIP}, np.zeros(0, np.bool_))
     c = columns.columns
-    rows = np.array(gathered.rows, np.int64)
-    v = {name: np.array(values, np.int64) for name, values in gathered.values.items()}
-    leos = np.array(gathered.log_end_offsets, np.int64).reshape(len(rows), -1)
+    rows = gathered.rows
+    v = gathered.values
+    leos = gathered.log_end_offsets
     t, cycle, hw = v["sample_time_ms"], v["cycle"], v["high_watermark"]
     prev_t, prev_hw = c["sample_time_ms"][rows], c["high_watermark"][rows]
     valid = c["brokers"][rows] >= 0
@@ -348,6 +439,9 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
         & (t >= c["told_until_ms"][rows])
         & (v["leader"] == c["leader"][rows]) & (v["leader_epoch"] == c["leader_epoch"][rows])
         & (v["fingerprint"] == c["fingerprint"][rows])
+        # a lineage the state already holds for this leader epoch changes nothing (_apply_leader_lineage)
+        & ((v["lineage_sampled"] == 0) | (c["lineage_known"][rows]
+                                          & (v["lineage_fingerprint"] == c["lineage_fingerprint"][rows])))
         & np.all(~valid | (leos >= c["log_end_offsets"][rows]), axis=1)
         & (hw >= prev_hw) & ~would_stall
     )
@@ -387,7 +481,8 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     c["received_ms"][rows] = now_ms
     c["stale"][rows] = False
     history = ((t // 60_000) != (prev_t // 60_000)) | before_stale | (c["hw_stalled"][rows] != before_stalled)
-    return SteadyBatch(rows, [gathered.samples[k] for k in keep.tolist()], history)
+    picked = keep.tolist()
+    return SteadyBatch(rows, {name: [values[k] for k in picked] for name, values in gathered.lists.items()}, history)
 
 
 def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]:
@@ -445,7 +540,7 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
                     for bs, xs, fs in zip(broker_lists, lag_lists, follower_lists, strict=True)]
     follower_time_lag = [{b: x for b, x, f in zip(bs, xs, fs, strict=True) if f}
                          for bs, xs, fs in zip(broker_lists, time_lists, follower_lists, strict=True)]
-    samples = batch.samples
+    lists = batch.lists
     names = columns.names
     log_start = c["log_start_offset"][rows]
     return {
@@ -460,9 +555,9 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
         "max_follower_lag": [x if h else None for x, h in zip(max_lag.tolist(), has_followers.tolist(),
                                                                strict=True)],
         "health": health.astype(np.int64), "follower_lag": follower_lag,
-        "isr": [list(s["isr"]) for s in samples], "replicas": [list(s["replicas"]) for s in samples],
+        "isr": lists["isr"], "replicas": lists["replicas"],
         "hw_stalled": c["hw_stalled"][rows], "stale": c["stale"][rows],
-        "elr": [list(s.get("elr") or ()) for s in samples],
-        "last_known_elr": [list(s.get("last_known_elr") or ()) for s in samples],
+        "elr": [[] if x is None else x for x in lists["elr"]],
+        "last_known_elr": [[] if x is None else x for x in lists["last_known_elr"]],
         "follower_time_lag_ms": follower_time_lag, "history": batch.history,
     }

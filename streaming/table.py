@@ -24,7 +24,19 @@ from streaming.steady import COLUMNS, SteadyColumns, steady_form
 _NOTHING: Mapping[Any, Any] = {}
 
 
-class PackedTable(MutableMapping[PartitionKey, BucketValue]):
+class _Table(MutableMapping[PartitionKey, BucketValue]):
+    """A bucket's table: ``get`` loads a state where it is kept, ``[]`` is ``get`` that raises."""
+
+    __slots__ = ()
+
+    def __getitem__(self, key: PartitionKey) -> BucketValue:
+        state: BucketValue | None = self.get(key)
+        if state is None:
+            raise KeyError(key)
+        return state
+
+
+class PackedTable(_Table):
     """A bucket's partitions as the state store keeps them: each partition's state pickled on its own, unpickled
     when a sample reaches it, and pickled again only then. A micro-batch reaches a fraction of a bucket's
     partitions (a 20,000-sample batch over 100,000 partitions, a fifth); unpickling and pickling every state
@@ -46,12 +58,6 @@ class PackedTable(MutableMapping[PartitionKey, BucketValue]):
             if packed is None:
                 return default
             state = self._live[key] = load_state(key, packed)
-        return state
-
-    def __getitem__(self, key: PartitionKey) -> BucketValue:
-        state: BucketValue | None = self.get(key)
-        if state is None:
-            raise KeyError(key)
         return state
 
     def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
@@ -89,7 +95,7 @@ class PackedTable(MutableMapping[PartitionKey, BucketValue]):
         return self._live
 
 
-class ColumnarTable(MutableMapping[PartitionKey, BucketValue]):
+class ColumnarTable(_Table):
     """A bucket's partitions: the steady ones as columns, the others (and a cluster's brokers) packed. A state read
     from the columns leaves them (its row dead) and lives in the packed table until :meth:`fold` puts it back,
     if it is then steady. ``copy()`` copies the columns (the steady step changes them in place)."""
@@ -107,12 +113,6 @@ class ColumnarTable(MutableMapping[PartitionKey, BucketValue]):
             if state is None:
                 return default
             self.side[key] = state
-        return state
-
-    def __getitem__(self, key: PartitionKey) -> BucketValue:
-        state: BucketValue | None = self.get(key)
-        if state is None:
-            raise KeyError(key)
         return state
 
     def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:

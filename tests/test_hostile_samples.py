@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import annotated_types
+import pyarrow as pa
 import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 from pydantic import BaseModel
 
+from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import (
     SAMPLE_MODELS,
     CycleSample,
@@ -326,6 +328,31 @@ def fixed() -> list[Hostile]:
     ]
 
 
+def batch_sample(i: int, **fields: Any) -> PartitionSample:
+    """An entry of a batch, valid unless ``fields`` break it (built without validation, as a hostile writer)."""
+    data = base(PartitionSample, i)
+    data.update(topic="hostile-batch", partition=i, high_watermark=2000 + i,
+                replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=2000 + i)])
+    return PartitionSample.model_construct(**{**PartitionSample.model_validate(data).__dict__, **fields})
+
+
+def hostile_batches() -> list[tuple[str, bytes, list[str]]]:
+    """(what, value, the quarantine's reasons for it): batch records the job cannot read whole, and one whose bad
+    entries go to the quarantine alone while its valid ones count (partitions 0-2 of topic hostile-batch)."""
+    good = encode_batch([batch_sample(i) for i in range(3)])
+    table = pa.ipc.open_stream(good).read_all()
+    renamed = table.replace_schema_metadata({b"schema": b"partition_batch/v0"})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, renamed.schema) as writer:
+        writer.write_table(renamed)
+    mixed = encode_batch([batch_sample(0), batch_sample(9, partition=-9), batch_sample(1),
+                          batch_sample(8, cluster=""), batch_sample(2)])
+    return [("a batch cut in half", good[: len(good) // 2], ["malformed_batch"]),
+            ("a batch of another schema", sink.getvalue().to_pybytes(), ["unknown_schema"]),
+            ("a batch with two bad entries among three good ones", mixed,
+             ["bad_length:cluster", "out_of_range:partition"])]
+
+
 def valid_sample(i: int) -> bytes:
     data = base(PartitionSample, i)
     data.update(topic="hostile-valid", partition=i, high_watermark=1000 + i,
@@ -357,9 +384,12 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
             sent.append((i, producer.send(samples_topic, key=None if i % 2 else f"hostile/{i}".encode(),
                                           value=valid_sample(i))))
         sent.append((h, producer.send(samples_topic, key=h.key, value=h.value)))
+    batches = [(what, reasons, producer.send(samples_topic, key=b"hostile/#0", value=value))
+               for what, value, reasons in hostile_batches()]
     producer.flush(timeout=60)
     producer.close()
     where = {(m.partition, m.offset): item for item, f in sent for m in [f.get(timeout=30)]}
+    batch_at = {(m.partition, m.offset): (what, reasons) for what, reasons, f in batches for m in [f.get(timeout=30)]}
     bad = {k: h for k, h in where.items() if isinstance(h, Hostile)}
     assert len(bad) == len(hostile) and len(where) - len(bad) == VALID
 
@@ -372,7 +402,8 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
             entry = json.loads(record.value)
             found.setdefault((entry["source_partition"], entry["source_offset"]), []).append(entry)
         consumer.close()
-        return found if all(k in found for k in bad) else {}
+        return found if all(k in found for k in bad) and all(
+            len(found.get(k, ())) == len(reasons) for k, (_, reasons) in batch_at.items()) else {}
 
     found = wait_until(quarantined, DEADLINE_S * 2, f"{len(bad)} hostile records in the quarantine topic",
                        interval_s=2.0)
@@ -389,7 +420,19 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
             assert entry["value"] == text[:len(entry["value"])] and (
                 entry["value"] == text or entry["value_chars"] == len(text)), h.what
 
+    for k, (what, reasons) in batch_at.items():  # a batch's bad entries alone, each with its JSON
+        assert sorted(e["reason"] for e in found[k]) == reasons, what
+        for entry in found[k]:
+            if entry["reason"] in ("malformed_batch", "unknown_schema"):
+                assert entry["value"]  # the record's start, in base64
+            else:
+                assert json.loads(entry["value"])["topic"] == "hostile-batch"
+
     by_reason = Counter(h.reason.split(":")[0] for h in hostile)
+    for _, reasons in batch_at.values():
+        by_reason.update(r.split(":")[0] for r in reasons)
+    counted_before.update({r: pipeline.metric("replmon_quarantined_samples_total", reason=r) or 0.0
+                           for r in by_reason if r not in counted_before})
     wait_until(lambda: all((pipeline.metric("replmon_quarantined_samples_total", reason=r) or 0) - counted_before[r]
                            == n for r, n in by_reason.items()), DEADLINE_S, "the quarantine counters")
 
@@ -402,6 +445,9 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
         return True
 
     wait_until(metrics_of_valid, DEADLINE_S, "the metrics of every valid sample sent between the hostile ones")
+    wait_until(lambda: [pipeline.metric("replmon_partition_high_watermark", cluster=CLUSTER, topic="hostile-batch",
+                                        partition=str(i)) for i in range(3)] == [2000, 2001, 2002], DEADLINE_S,
+               "the metrics of the valid entries of the batch with bad ones")
     assert stream_log.read_text().count("a query failed") == failures_before, "a query failed on hostile input"
     assert pipeline.job is not None and pipeline.job.poll() is None
     print(f"{len(hostile)} hostile records ({dict(sorted(by_reason.items()))}), {VALID} valid ones, "

@@ -15,10 +15,12 @@ from kafka.future import Future
 
 from collectors.metrics import CollectorMetrics
 from collectors.publisher import JsonLinesOutput, SamplePublisher, record_key
+from replmon.contracts.batches import entries, is_batch
 from replmon.contracts.samples import CycleSample, PartitionSample, parse_sample
 from replmon.core.config import ReplmonConfig
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
+from streaming.batches import read_batch
 
 
 def partition_sample(i: int, topic: str = "orders") -> PartitionSample:
@@ -26,9 +28,20 @@ def partition_sample(i: int, topic: str = "orders") -> PartitionSample:
                            leader=1, leader_epoch=0, replicas=[1], isr=[1])
 
 
-def config(**collector: Any) -> ReplmonConfig:
+def config(sample_format: str = "batch", **collector: Any) -> ReplmonConfig:
     return ReplmonConfig(clusters=[{"name": "prod", "bootstrap_servers": ["127.0.0.1:1"]}],
-                         collector=collector)
+                         collector=collector, transport={"sample_format": sample_format})
+
+
+def sent_samples(values: list[bytes]) -> list[PartitionSample]:
+    """The partition samples of the records a producer got, in order: JSON records and batches alike."""
+    out: list[PartitionSample] = []
+    for value in values:
+        if is_batch(value):
+            out += [PartitionSample.model_validate(e) for e in entries(read_batch(value))]
+        else:
+            out.append(parse_sample(value))  # type: ignore[arg-type]
+    return out
 
 
 class FakeProducer:
@@ -66,15 +79,22 @@ def test_keys_keep_a_partition_in_one_kafka_partition() -> None:
     assert record_key(cycle) == b"prod"
 
 
-def test_publishes_in_order_when_the_cluster_is_there() -> None:
+@pytest.mark.parametrize("sample_format", ["batch", "json"])
+def test_publishes_in_order_when_the_cluster_is_there(sample_format: str) -> None:
     producer = FakeProducer()
     metrics = CollectorMetrics()
-    pub = SamplePublisher(config(), producer_factory=lambda kw: producer, topic_creator=lambda c: None,
+    pub = SamplePublisher(config(sample_format), producer_factory=lambda kw: producer, topic_creator=lambda c: None,
                           metrics=metrics)
     pub.publish([partition_sample(i) for i in range(50)])
     assert pub.flush(timeout_s=10)
     pub.close()
-    assert [parse_sample(v).cycle for _, _, v in producer.sent] == list(range(50))  # type: ignore[union-attr]
+    sent = sent_samples([v for _, _, v in producer.sent])
+    assert sorted(s.cycle for s in sent) == list(range(50))
+    for partition in range(3):  # each partition's samples in order, under one key
+        assert [s.cycle for s in sent if s.partition == partition] == list(range(partition, 50, 3))
+        keys = {k for _, k, v in producer.sent if any(s.partition == partition for s in sent_samples([v]))}
+        assert len(keys) == 1
+    assert len(producer.sent) == (50 if sample_format == "json" else 3)
     assert all(t == "replmon.samples" for t, _, _ in producer.sent)
     assert pub.published == 50 and pub.dropped == 0
     assert metrics.registry.get_sample_value("replmon_collector_samples_published_total") == 50
@@ -90,7 +110,7 @@ def test_while_the_samples_cluster_is_away_the_buffer_is_bounded_and_drops_count
         raise ConnectionError("samples cluster away")
 
     metrics = CollectorMetrics()
-    pub = SamplePublisher(config(buffer_max_samples=100), topic_creator=unreachable, metrics=metrics)
+    pub = SamplePublisher(config("json", buffer_max_samples=100), topic_creator=unreachable, metrics=metrics)
     pub.publish([partition_sample(i) for i in range(250)])
     assert attempts.wait(10)
     assert pub.buffered == 100 and pub.dropped == 150
@@ -99,6 +119,15 @@ def test_while_the_samples_cluster_is_away_the_buffer_is_bounded_and_drops_count
     assert metrics.registry.get_sample_value("replmon_collector_samples_buffered") == 100
     assert not pub.flush(timeout_s=1.2)
     assert len(calls) <= 3, "backs off instead of hammering the samples cluster"
+    pub.close(timeout_s=0.1)
+    assert pub.dropped == 250
+
+
+def test_a_full_buffer_drops_whole_batches_counted_in_samples() -> None:
+    pub = SamplePublisher(config(buffer_max_samples=100), topic_creator=lambda c: (_ for _ in ()).throw(
+        ConnectionError("samples cluster away")))
+    pub.publish([partition_sample(i, topic=f"t{i % 40}") for i in range(250)])  # a batch record per group
+    assert 0 < pub.buffered <= 100 and pub.buffered + pub.dropped == 250
     pub.close(timeout_s=0.1)
     assert pub.dropped == 250
 
@@ -121,8 +150,8 @@ def test_retriable_delivery_failures_are_sent_again_not_dropped() -> None:
     assert pub.flush(timeout_s=20), pub.outage
     pub.close()
     assert pub.dropped == 0 and pub.published == 3 and pub.outage is None
-    delivered = [parse_sample(v).cycle for _, _, v in producer.sent[3:]]  # type: ignore[union-attr]
-    assert sorted(delivered) == [0, 1, 2]
+    delivered = [s.cycle for s in sent_samples([v for _, _, v in producer.sent])]
+    assert sorted(delivered[-3:]) == [0, 1, 2]
 
 
 @pytest.fixture
@@ -162,16 +191,20 @@ def test_publishes_to_a_created_samples_topic(samples_config: ReplmonConfig, clu
                              consumer_timeout_ms=2000, group_id=None)
     try:
         records = wait_until(lambda: list(consumer) or None, 30, "samples in the topic")
-        while len(records) < 30:
+        while sum(len(sent_samples([r.value])) for r in records) < 30:
             more = list(consumer)
-            assert more, f"only {len(records)} samples read"
+            assert more, f"only {len(records)} records read"
             records += more
     finally:
         consumer.close()
-    by_key: dict[bytes, list[int]] = {}
+    assert all(is_batch(r.value) for r in records)  # the default format: a few batch records per cycle
+    by_partition: dict[int, list[int]] = {}
+    keys: dict[int, set[bytes]] = {}
     for r in records:
-        by_key.setdefault(r.key, []).append(parse_sample(r.value).cycle)
-    assert sorted(by_key) == [b"local/orders/0", b"local/orders/1", b"local/orders/2"] or \
-        sorted(by_key) == [b"prod/orders/0", b"prod/orders/1", b"prod/orders/2"]
-    for cycles in by_key.values():
+        for sample in sent_samples([r.value]):
+            by_partition.setdefault(sample.partition, []).append(sample.cycle)
+            keys.setdefault(sample.partition, set()).add(r.key)
+    assert sorted(by_partition) == [0, 1, 2] and sum(map(len, by_partition.values())) == 30
+    for partition, cycles in by_partition.items():
         assert cycles == sorted(cycles), "one partition's samples arrive in order"
+        assert len(keys[partition]) == 1 and next(iter(keys[partition])).startswith(b"prod/#")

@@ -192,7 +192,8 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
               json.dumps(partition_sample(leader_epoch=-5)).encode()]
     keys = [b"c1/orders/3", b"c1", b"\x00\xfe binary key", None, b"k"]
     rows = [(k, v, 4, 100 + i) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
-    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids=range(8))).collect()
+    parsed = parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids=range(8))
+    taken = processor_input(parsed, range(8)).collect()
     # the valid cycle sample is dropped; the valid partition sample is passed as the collectors wrote it
     assert sorted(r["kind"] for r in taken) == ["p", "q", "q", "q"]
     assert [json.loads(r["sample"]) for r in taken if r["kind"] == "p"] == [partition_sample()]
@@ -214,7 +215,7 @@ def test_a_filter_on_the_reason_leaves_each_record_parsed_and_judged_once(spark:
     rows = spark.createDataFrame([], KAFKA_RECORD)
     parsed = parse_samples(rows, bucket_ids=range(8))
     with_cycle = sum("cycle" in m.model_fields for m in SAMPLE_MODELS.values())
-    for kept in (processor_input(parsed), parsed.filter(F.col("reason").isNull()),
+    for kept in (processor_input(parsed, range(8)), parsed.filter(F.col("reason").isNull()),
                  parsed.filter(F.col("reason").isNotNull())):
         plan = kept._jdf.queryExecution().optimizedPlan().toString()
         assert plan.count("from_json(") == 2, plan[:3000]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,7 @@ import pandas as pd
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import (
     EpochEntry,
     LeaderRecoveryState,
@@ -28,7 +30,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming.detect import DetectConfig, step_dict
-from streaming.processor import KIND_EVENT, KIND_PARTITION, apply_bucket, expire_bucket, process_bucket
+from streaming.processor import BATCH, KIND_EVENT, KIND_PARTITION, apply_bucket, expire_bucket, process_bucket
 from streaming.state import PartitionState
 from streaming.steady import SteadyColumns, steady_form
 from streaming.table import ColumnarTable, pack, unpack
@@ -100,6 +102,9 @@ class Partition:
                 offsets.append(ReplicaOffsets(broker_id=broker, error=ReplicaError.UNREACHABLE))
             else:
                 offsets.append(ReplicaOffsets(broker_id=broker, log_end_offset=self.leos[broker]))
+        if rng.random() < 0.03:  # a broker answered twice (the step of detect.py keeps its last answer)
+            twice = ReplicaOffsets(broker_id=offsets[0].broker_id, log_end_offset=self.leos[offsets[0].broker_id])
+            offsets.append(twice) if rng.random() < 0.5 else offsets.__setitem__(-1, twice)
         configs = cycle % 4 == 0
         s = PartitionSample(
             cluster="c", collector_id="x", cycle=cycle, sample_time_ms=time_ms, topic="t", partition=self.number,
@@ -131,10 +136,18 @@ class Partition:
         return json.loads(to_json(s))
 
 
-def batch_frame(records: list[tuple[str, dict[str, Any]]]) -> pd.DataFrame:
-    return pd.DataFrame({"kind": [k for k, _ in records], "sample": [json.dumps(s) for _, s in records],
-                         "sample_time_ms": [s.get("sample_time_ms", s.get("append_time_ms")) for _, s in records],
-                         "cycle": [s.get("cycle", s.get("metadata_offset")) for _, s in records]})
+def batch_frame(records: list[tuple[str, dict[str, Any]]], batched: int = 0) -> pd.DataFrame:
+    """The processor's input: JSON records, and the partition samples among the first ``batched`` records as
+    batches (a few records of entries each, as a bucket's shares of batch records arrive)."""
+    rows = [(k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")), s.get("cycle",
+            s.get("metadata_offset")), None) for k, s in records[batched:] if True]
+    entries = [s for k, s in records[:batched] if k == "p"]
+    rows += [(k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")),
+              s.get("cycle", s.get("metadata_offset")), None) for k, s in records[:batched] if k != "p"]
+    for start in range(0, len(entries), 4):
+        chunk = [PartitionSample.model_validate(s) for s in entries[start:start + 4]]
+        rows.append((BATCH, None, None, None, encode_batch(chunk)))
+    return pd.DataFrame(rows, columns=["kind", "sample", "sample_time_ms", "cycle", "batch"])
 
 
 def normal(row: dict[str, Any]) -> dict[str, Any]:
@@ -145,6 +158,8 @@ def normal(row: dict[str, Any]) -> dict[str, Any]:
             value = value.item()
         if value is None or (isinstance(value, float) and math.isnan(value)):
             continue
+        if isinstance(value, np.ndarray):
+            value = value.tolist()
         out[name] = list(value) if isinstance(value, tuple) else value
     return out
 
@@ -187,8 +202,13 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
             table, stale = expire_bucket(unpack(stored), CFG, now_ms)
             assert outputs(stale) == outputs(expected_stale)
             stored = pack(table)
-        frame = batch_frame(records)
-        reference, expected = process_bucket(reference, frame, CFG, now_ms)
+        batched = rng.choice([0, len(records) // 2, len(records)])
+        frame = batch_frame(records, batched)
+        # the same records as JSON, in the order the processor meets them (a batch's entries after the JSON
+        # records of the same time: which comes first changes what two sources report at one millisecond)
+        as_json = [*records[batched:], *[r for r in records[:batched] if r[0] != "p"],
+                   *[r for r in records[:batched] if r[0] == "p"]]
+        reference, expected = process_bucket(reference, batch_frame(as_json), CFG, now_ms)
         table = unpack(stored)
         steady_before = len(table.steady)
         table, out = apply_bucket(table, frame, CFG, now_ms)
@@ -258,3 +278,38 @@ def test_a_bucket_of_the_format_before_the_columns_loads_and_moves_into_them() -
         assert outputs(got) == outputs(expected)
         version_1 = pack(table)
     assert len(unpack(version_1).steady) > 0 and dict(unpack(version_1).items()) == reference
+
+
+UPGRADE = Path(__file__).resolve().parent / "data" / "upgrade"
+
+
+def test_a_bucket_the_previous_version_wrote_goes_on_with_no_event_lost_or_repeated() -> None:
+    """``tests/data/upgrade``: a seeded sequence of 12 micro-batches (partition and replica samples, metadata-log
+    changes) and what replmon before the steady columns (state format 1) wrote after the first 6: the bucket
+    value and its output rows. This version reads that bucket, and its next 6 micro-batches (samples as JSON
+    records or batches) give what the step of every sample gives from the start: nothing lost, nothing twice."""
+    batches = json.loads((UPGRADE / "batches.json").read_text())
+    before = json.loads((UPGRADE / "outputs-format-1.json").read_text())
+    stored = (UPGRADE / "bucket-format-1.bin").read_bytes()
+    assert stored[:4] == b"RPL\x01"
+
+    def records(batch: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        return [(kind, s) for kind, s in batch["records"]]
+
+    reference: dict[Any, Any] = {}
+    expected = []
+    for batch in batches:
+        reference, rows = process_bucket(reference, batch_frame(records(batch)), CFG, batch["now_ms"])
+        expected.append(rows)
+    for old, new in zip(before, expected[:6], strict=True):  # what the previous version reported, this one does
+        assert outputs(old)[0] == outputs(new)[0]
+    table = unpack(stored)
+    assert len(table.steady) == 0 and len(table) == 8
+    for n, (batch, want) in enumerate(zip(batches[6:], expected[6:], strict=True)):
+        recs = records(batch)
+        # the collector now publishes JSON records, then batches (a mixed topic)
+        frame = batch_frame(recs, len(recs)) if n % 2 else batch_frame(recs)
+        table, got = process_bucket(table, frame, CFG, batch["now_ms"])
+        assert outputs(got) == outputs(want)  # the same events (none lost, none twice) and metrics
+        table = unpack(pack(table))
+    assert len(table.steady) > 0 and dict(table.items()) == reference

@@ -16,13 +16,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from enum import Enum
+from operator import itemgetter
 from typing import Any, Literal, get_args, get_origin
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel
 
 from replmon.contracts.fields import json_name, unwrap
-from replmon.contracts.samples import PartitionSample
+from replmon.contracts.samples import PARTITION_SCHEMA, PartitionSample
 
 BATCH_SCHEMA = "partition_batch/v1"
 SCHEMA_KEY = b"schema"
@@ -90,7 +93,12 @@ def _array(values: list[Any], annotation: Any) -> pa.Array:
 
 def _struct(objects: list[Any], model: type[BaseModel], skip: Sequence[str] = ()) -> pa.StructArray:
     fields = [(json_name(name, f), name, f) for name, f in model.model_fields.items() if json_name(name, f) not in skip]
-    arrays = [_array([getattr(o, attribute) for o in objects], f.annotation) for _, attribute, f in fields]
+    if objects:  # every attribute of every object at once, then column by column (getattr per value: 2.5x slower)
+        rows = map(itemgetter(*(attribute for _, attribute, _ in fields)), (o.__dict__ for o in objects))
+        values: list[Any] = [list(column) for column in zip(*rows, strict=True)]
+    else:
+        values = [[] for _ in fields]
+    arrays = [_array(column, f.annotation) for column, (_, _, f) in zip(values, fields, strict=True)]
     return pa.StructArray.from_arrays(arrays, fields=[pa.field(key, a.type) for (key, _, _), a in
                                                       zip(fields, arrays, strict=True)])
 
@@ -107,3 +115,38 @@ def encode_batch(samples: Sequence[PartitionSample]) -> bytes:
 
 def is_batch(value: bytes | None) -> bool:
     return value is not None and value[:4] == IPC_MARKER
+
+
+
+
+def _values(array: pa.Array) -> list[Any]:
+    """An Arrow array as Python values, column by column (Arrow's to_pylist builds nested structs ~20x slower)."""
+    if pa.types.is_struct(array.type):
+        names = [array.type.field(i).name for i in range(array.type.num_fields)]
+        columns = [_values(array.field(name)) for name in names]
+        present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool).tolist()
+        return [dict(zip(names, row, strict=True)) if ok else None
+                for ok, row in zip(present, zip(*columns, strict=True), strict=True)]
+    if pa.types.is_list(array.type):
+        items = _values(pc.list_flatten(array))
+        offsets = np.asarray(array.offsets.to_numpy(zero_copy_only=False), np.int64).tolist()
+        present = np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool).tolist()
+        return [items[offsets[i]:offsets[i + 1]] if ok else None for i, ok in enumerate(present)]
+    return array.to_numpy(zero_copy_only=False).tolist() if array.null_count == 0 and not pa.types.is_string(
+        array.type) else array.to_pylist()
+
+
+def entries(table: pa.Table, rows: Sequence[int] | np.ndarray | None = None) -> list[dict[str, Any]]:
+    """The entries (all, or those at ``rows``) as the dicts :mod:`streaming.detect` takes."""
+    if rows is not None:
+        table = table.take(pa.array(rows, pa.int64()))
+    names = table.column_names
+    columns = [_values(table.column(name).combine_chunks()) for name in names]
+    return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
+
+
+def decode_batch(value: bytes) -> list[dict[str, Any]]:
+    """A batch record's samples as the JSON records of ``partition/v1`` would give them (``schema`` included);
+    for tools and tests: the job reads and checks a batch with :mod:`streaming.batches`."""
+    table = pa.ipc.open_stream(value).read_all()
+    return [{"schema": PARTITION_SCHEMA, **entry} for entry in entries(table)]

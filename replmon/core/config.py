@@ -198,6 +198,10 @@ class TransportConfig(_Section):
     topic_partitions: int = Field(default=6, ge=1)
     topic_replication_factor: int | None = None
     retention_ms: int = Field(default=24 * 3600 * 1000, ge=60_000)
+    sample_format: Literal["batch", "json"] = "batch"
+    """How the collectors publish partition samples: "batch", a cycle's samples as a few columnar records per
+    cluster (``partition_batch/v1``); "json", one JSON record per partition (what replmon wrote before batches).
+    The job reads both, also mixed on one topic."""
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod

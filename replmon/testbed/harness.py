@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 from kafka import KafkaConsumer, TopicPartition
 
+from replmon.contracts.batches import decode_batch, is_batch
 from replmon.core.config import SecurityConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.processes import stop_processes, wait_until
@@ -314,7 +315,8 @@ def metric(scraped: Scraped, name: str, **labels: str) -> float | None:
 
 # ------------------------------------------------------------------------------------------------ reading topics
 def read_topic(bootstrap_servers: str, topic: str, security: SecurityConfig | None = None) -> list[dict[str, Any]]:
-    """Every JSON record of ``topic`` (committed ones), from the beginning to its current end."""
+    """Every record of ``topic`` (committed ones), from the beginning to its current end, as JSON objects: a batch
+    of partition samples (``partition_batch/v1``) as its samples."""
     consumer = KafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False,
                              group_id=None, consumer_timeout_ms=1000, isolation_level="read_committed",
                              **(security or SecurityConfig()).kafka_python())
@@ -326,7 +328,11 @@ def read_topic(bootstrap_servers: str, topic: str, security: SecurityConfig | No
         out: list[dict[str, Any]] = []
         while any(consumer.position(tp) < end[tp] for tp in tps):
             for records in consumer.poll(timeout_ms=500).values():
-                out.extend(json.loads(r.value) for r in records)
+                for r in records:
+                    if is_batch(r.value):
+                        out.extend(decode_batch(r.value))
+                    else:
+                        out.append(json.loads(r.value))
         return out
     finally:
         consumer.close()

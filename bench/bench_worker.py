@@ -1,0 +1,234 @@
+"""Benchmark of the job's Python workers per partition sample: what one state bucket's micro-batch costs, step by
+step, with every sample through :mod:`streaming.detect`'s step against the steady columns (:mod:`streaming.steady`),
+and with the samples as JSON records against ``partition_batch/v1`` batches; and the collector's encoding of each.
+
+    .venv/bin/python bench/bench_worker.py [--partitions 100000] [--buckets 32] [--cycles 6] [--rounds 3]
+                                           [--no-write]
+
+No Spark and no Kafka: the collector's encoding and the processor's code as the workers run it, in one process.
+A cluster of ``--partitions`` partitions of replication factor 3 is sampled ``--cycles`` times as
+bench_stream.py's producer samples it (offsets moving, 1 partition in 1,000 with a shrunk ISR per cycle, a lineage
+in 1 sample of 12); the state of one of its ``--buckets`` buckets is kept. The first two cycles (every state
+created, then every partition's first steady sample) are not timed. Steps, in microseconds per sample (CPU of this
+process, the minimum over ``--rounds`` rounds):
+
+* encode: the collector's records of the whole cluster (``to_json`` per sample; batches of up to 2,000);
+* split: every batch record checked entry by entry and split by bucket (``streaming.batches.split_records``:
+  the ``mapInArrow`` stage before the state, one task per partition of the samples topic, 6);
+* load / process / save: the bucket's state unpacked, the micro-batch applied (parse or decode included), the
+  state packed;
+* frame: the output rows as the frame PySpark takes, and its conversion to Arrow with the output schema.
+
+Writes the figures, the command and a plot to the "## Python workers" section of docs/benchmarks.md and
+docs/bench_worker.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import pandas as pd  # noqa: E402
+import pyarrow as pa  # noqa: E402
+from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
+
+from bench.docsection import write_section  # noqa: E402
+from collectors.publisher import encode_records  # noqa: E402
+from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaOffsets  # noqa: E402
+from streaming.batches import BATCH, buckets_of, split_records  # noqa: E402
+from streaming.detect import DetectConfig  # noqa: E402
+from streaming.processor import OUTPUT_SCHEMA, _frame, apply_bucket, steady_frame  # noqa: E402
+from streaming.table import PackedTable, pack, unpack  # noqa: E402
+
+DOC = ROOT / "docs" / "benchmarks.md"
+PLOT = ROOT / "docs" / "bench_worker.png"
+HEADING = "Python workers"
+STEPS = ("encode", "split", "load", "process", "save", "frame")
+TASKS = 6
+"""The split stage's tasks: the samples topic's partitions (each splits its records; a bucket gets a share of
+each)."""
+CFG = DetectConfig()
+ARROW_OUTPUT = to_arrow_schema(OUTPUT_SCHEMA)
+
+
+def samples_of(partitions: int, cycle: int) -> list[PartitionSample]:
+    """One cycle, as bench_stream.py's producer writes it."""
+    out = []
+    now = 1_700_000_000_000 + cycle * 10_000
+    for i in range(partitions):
+        r0 = i % 3
+        replicas = [1 + r0, 1 + (r0 + 1) % 3, 1 + (r0 + 2) % 3]
+        leo = 1000 + 100 * cycle + i % 97
+        leo1 = leo - (i + cycle) % 5
+        shrunk = (i * 7919 + cycle) % 1000 < 1
+        leo2 = leo - 90 if shrunk else leo - (i + 2 * cycle) % 3
+        hw = min(leo, leo1) if shrunk else min(leo, leo1, leo2)
+        out.append(PartitionSample(
+            cluster="bench", collector_id="bench", cycle=cycle, sample_time_ms=now, topic=f"bench-{i // 1000:03d}",
+            topic_id=f"BENCHTOPIC{i // 1000:012d}", partition=i % 1000, leader=replicas[0], leader_epoch=3,
+            replicas=replicas, isr=replicas[:2] if shrunk else replicas, elr=[], last_known_elr=[],
+            high_watermark=hw, last_stable_offset=hw, log_start_offset=0,
+            replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in zip(replicas, (leo, leo1, leo2),
+                                                                                              strict=True)],
+            epoch_lineage=[EpochEntry(leader_epoch=3, start_offset=0)] if (i + cycle) % 12 == 0 else None,
+            min_insync_replicas=2, unclean_leader_election=False))
+    return out
+
+
+def bucket_input(samples: list[PartitionSample], sample_format: str, buckets: int
+                 ) -> tuple[pd.DataFrame, int, float, float]:
+    """The collector's records of a cycle, and bucket 0's input to the processor: its JSON records, or its shares
+    of every batch record. Returns the input, its samples, and the CPU seconds of the encoding and of the split
+    (every record's, as the mapInArrow stage splits them all)."""
+    clock = time.process_time
+    t0 = clock()
+    records = encode_records(samples, sample_format)
+    t1 = clock()
+    if sample_format == "json":
+        table = pa.Table.from_pylist([{"cluster": s.cluster, "topic": s.topic, "partition": s.partition}
+                                      for s in samples])
+        mine = (buckets_of(table, buckets) == 0).tolist()
+        texts = [value.decode() for (_, value, _), ours in zip(records, mine, strict=True) if ours]
+        return pd.DataFrame({"kind": ["p"] * len(texts), "sample": texts, "sample_time_ms": [0] * len(texts),
+                             "cycle": [0] * len(texts), "batch": [None] * len(texts)}), len(texts), t1 - t0, 0.0
+    t2 = clock()
+    tasks = [[value for n, (_, value, _) in enumerate(records) if n % TASKS == task] for task in range(TASKS)]
+    shares = [split_records(values, list(range(buckets)))[0].get(0) for values in tasks]
+    t3 = clock()
+    mine = [share for share in shares if share is not None]
+    count = sum(pa.ipc.open_stream(share).read_all().num_rows for share in mine)
+    return pd.DataFrame({"kind": [BATCH] * len(mine), "sample": [None] * len(mine),
+                         "sample_time_ms": [None] * len(mine), "cycle": [None] * len(mine),
+                         "batch": mine}), count, t1 - t0, t3 - t2
+
+
+def run_round(partitions: int, buckets: int, cycles: int, sample_format: str, steady: bool) -> dict[str, float]:
+    """CPU µs per sample of each step over the timed cycles: encoding and splitting per sample of the cluster,
+    the bucket's steps per sample of the bucket."""
+    spent = dict.fromkeys(STEPS, 0.0)
+    stored: bytes | None = None
+    cluster_samples = bucket_samples = 0
+    for cycle in range(cycles):
+        samples = samples_of(partitions, cycle)
+        gc.collect()
+        gc.disable()  # as the workers run a bucket (replmon.core.gcpause)
+        try:
+            frame, count, encode_s, split_s = bucket_input(samples, sample_format, buckets)
+            clock: Callable[[], float] = time.process_time
+            t2 = clock()
+            table: Any = unpack(stored)
+            if not steady:  # every sample through detect.py: the states packed one by one, as before the columns
+                table = table.side
+            t3 = clock()
+            table, out = apply_bucket(table, frame, CFG, 1_700_000_000_000 + cycle * 10_000 + 500)
+            t4 = clock()
+            stored = pack(table) if steady else _pack_packed(table)
+            t5 = clock()
+            output = _frame(out.rows)
+            if out.steady is not None:
+                output = pd.concat([output, steady_frame(out.steady)], ignore_index=True) if len(output) else \
+                    steady_frame(out.steady)
+            pa.Table.from_pandas(output, schema=ARROW_OUTPUT, preserve_index=False, safe=False)
+            t6 = clock()
+        finally:
+            gc.enable()
+        if cycle < 2:
+            continue
+        cluster_samples += len(samples)
+        bucket_samples += count
+        spent["encode"] += encode_s
+        spent["split"] += split_s
+        for step, seconds in zip(STEPS[2:], (t3 - t2, t4 - t3, t5 - t4, t6 - t5), strict=True):
+            spent[step] += seconds
+    return {step: spent[step] / (cluster_samples if step in ("encode", "split") else bucket_samples) * 1e6
+            for step in STEPS}
+
+
+def _pack_packed(table: Any) -> bytes:
+    """The bucket as the format before the columns stored it (every state pickled on its own)."""
+    import pickle
+
+    from streaming.table import _SIZE, STATE_MAGIC
+
+    packed = table.packed() if isinstance(table, PackedTable) else table.side.packed()
+    raw = pickle.dumps(packed, protocol=pickle.HIGHEST_PROTOCOL)
+    return STATE_MAGIC + bytes([1]) + len(raw).to_bytes(_SIZE, "big") + pa.compress(raw, codec="lz4", asbytes=True)
+
+
+VARIANTS = (("every sample through detect.py, JSON records", "json", False),
+            ("steady columns, JSON records", "json", True),
+            ("steady columns, batches", "batch", True))
+
+
+def plot(results: dict[str, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    left = [0.0] * len(results)
+    names = list(results)
+    for step in STEPS:
+        values = [results[name][step] for name in names]
+        ax.barh(names, values, left=left, label=step)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    ax.set_xlabel("µs of CPU per partition sample (one bucket, one process)")
+    ax.invert_yaxis()
+    ax.legend(ncol=6, fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--buckets", type=int, default=32)
+    parser.add_argument("--cycles", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    random.seed(1)
+    results: dict[str, dict[str, float]] = {}
+    for name, sample_format, steady in VARIANTS:
+        rounds = [run_round(args.partitions, args.buckets, args.cycles, sample_format, steady)
+                  for _ in range(args.rounds)]
+        results[name] = {step: min(r[step] for r in rounds) for step in STEPS}
+        total = sum(results[name].values())
+        print(f"{name}: " + ", ".join(f"{s} {results[name][s]:.2f}" for s in STEPS)
+              + f" µs/sample; total {total:.2f} ({1e6 / total:,.0f} samples/s per core)", flush=True)
+    if args.no_write:
+        return
+    command = "python bench/bench_worker.py" + "".join(
+        f" --{k.replace('_', '-')} {v}" for k, v in vars(args).items() if k != "no_write"
+        and v != parser.get_default(k))
+    lines = ["| path | " + " | ".join(STEPS) + " | total | samples/s per core |",
+             "|---|" + "---:|" * (len(STEPS) + 2)]
+    for name, steps in results.items():
+        total = sum(steps.values())
+        lines.append(f"| {name} | " + " | ".join(f"{steps[s]:.2f}" for s in STEPS)
+                     + f" | **{total:.2f}** | {1e6 / total:,.0f} |")
+    section = (f"## {HEADING}\n\nWhat the job's Python workers spend per partition sample, by step, in µs of CPU "
+               f"(a cluster of {args.partitions:,} partitions, RF 3, in {args.buckets} state buckets: the collector's "
+               f"encoding and the split per sample of the cluster, the rest per sample of one bucket; "
+               f"{args.cycles - 2} timed cycles, minimum of "
+               f"{args.rounds} rounds; no Spark, no Kafka: see the docstring of `bench/bench_worker.py`), and what "
+               f"the collector spends encoding it.\n\n```\n{shlex.join(command.split())}\n```\n\n"
+               + "\n".join(lines) + f"\n\nRun on Python {sys.version.split()[0]}.\n\n"
+               "![Python workers](bench_worker.png)\n")
+    write_section(DOC, HEADING, section)
+    plot(results, PLOT)
+
+
+if __name__ == "__main__":
+    main()

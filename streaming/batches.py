@@ -1,0 +1,351 @@
+"""The job's side of ``partition_batch/v1`` records (:mod:`replmon.contracts.batches`): read, checked entry by entry
+against the pydantic model, and split by state bucket, in the Python workers before the state stage.
+
+A record that is not a readable IPC stream of the batch schema is quarantined whole with its reason; within a
+readable one, each entry that fails a check of the model (the checks of :mod:`streaming.schema`, on Arrow arrays)
+is quarantined alone, and the valid entries go on, grouped by the state bucket their partition hashes to
+(``pmod(xxhash64("cluster/topic/partition"), buckets)``, as Spark hashes a JSON record's key:
+:mod:`streaming.buckets`). Each group travels to the processor as one IPC stream (:func:`split_batch`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, NamedTuple, get_args, get_origin
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import xxhash
+from pydantic import BaseModel
+
+from replmon.contracts.batches import ARROW_SCHEMA, ENTRY_MODEL, SCHEMA_KEY, SKIPPED
+from replmon.contracts.fields import annotated, json_name, unwrap
+from streaming.schema import BAD_LENGTH, MISSING_FIELD, OUT_OF_RANGE, UNKNOWN_FIELD, UNKNOWN_SCHEMA, WRONG_TYPE
+from streaming.steady import (
+    MEMBERSHIP,
+    NULL,
+    SAMPLE_VALUES,
+    Lists,
+    SampleColumns,
+    SteadyColumns,
+    fingerprints,
+    lineage_fingerprints,
+)
+
+MALFORMED_BATCH = "malformed_batch"
+OVERSIZED_BATCH = "oversized_batch"
+BATCH_REASONS = (MALFORMED_BATCH, OVERSIZED_BATCH)
+MAX_BATCH_ENTRIES = 200_000
+"""More entries than this in one record is not a collector's batch (it publishes a few thousand per record)."""
+SEED = 42
+"""Spark's seed for xxhash64."""
+
+Masks = list[tuple[np.ndarray, str]]
+
+
+class BatchError(ValueError):
+    """A record that is not a batch this job reads: its quarantine reason."""
+
+
+def read_batch(value: bytes) -> pa.Table:
+    """The batch's entries; :class:`BatchError` with the quarantine reason when the value is not an IPC stream
+    of the batch schema."""
+    try:
+        reader = pa.ipc.open_stream(value)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
+        raise BatchError(MALFORMED_BATCH) from exc
+    schema = table.schema
+    if (schema.metadata or {}).get(SCHEMA_KEY) != ARROW_SCHEMA.metadata[SCHEMA_KEY]:
+        raise BatchError(UNKNOWN_SCHEMA)
+    for field in ARROW_SCHEMA:
+        index = schema.get_field_index(field.name)
+        if index < 0:
+            raise BatchError(f"{MISSING_FIELD}:{field.name}")
+        if schema.field(index).type != field.type:
+            raise BatchError(f"{WRONG_TYPE}:{field.name}")
+    for field in schema:
+        if ARROW_SCHEMA.get_field_index(field.name) < 0:
+            raise BatchError(f"{UNKNOWN_FIELD}:{field.name}")
+    if table.num_rows > MAX_BATCH_ENTRIES:
+        raise BatchError(OVERSIZED_BATCH)
+    return table.select(ARROW_SCHEMA.names).combine_chunks()
+
+
+def _numpy(array: pa.Array, fill: Any) -> np.ndarray:
+    return np.asarray(pc.fill_null(array, fill).to_numpy(zero_copy_only=False))
+
+
+class _Plan(NamedTuple):
+    """The checks of one field (:func:`streaming.schema.violations`, read off the model once): its own, its list
+    items', its struct fields'."""
+
+    where: str
+    required: bool
+    ge: int | None
+    le: int | None
+    min_len: int | None
+    max_len: int | None
+    is_list: bool
+    items: _Plan | None
+    fields: tuple[tuple[str, _Plan], ...]
+
+
+def _plan(annotation: Any, required: bool, where: str) -> _Plan:
+    base, optional, bounds = unwrap(annotation)
+    is_int = isinstance(base, type) and issubclass(base, int) and not issubclass(base, bool)
+    items = fields = None
+    if get_origin(base) is list:
+        (item,) = get_args(base)
+        items = _plan(item, not unwrap(item)[1], f"{where}[]")
+    elif isinstance(base, type) and issubclass(base, BaseModel):
+        fields = tuple((json_name(n, f), _plan(annotated(f), f.is_required(), f"{where}.{json_name(n, f)}"))
+                       for n, f in base.model_fields.items())
+    return _Plan(where, required and not optional, bounds.ge if is_int else None, bounds.le if is_int else None,
+                 bounds.min_len, bounds.max_len, get_origin(base) is list, items, fields or ())
+
+
+PLANS = tuple((json_name(n, f), _plan(annotated(f), f.is_required(), json_name(n, f)))
+              for n, f in ENTRY_MODEL.model_fields.items() if json_name(n, f) not in SKIPPED)
+
+
+def _checks(array: pa.Array, plan: _Plan) -> Masks:
+    """(bad entries, reason) for every check of the field's plan on one column."""
+    present = ~np.asarray(array.is_null().to_numpy(zero_copy_only=False), bool)
+    where = plan.where
+    out: Masks = []
+    if plan.required:
+        out.append((~present, f"{MISSING_FIELD}:{where}"))
+    if plan.ge is not None or plan.le is not None:
+        values = _numpy(array, 0)
+        if plan.ge is not None:
+            out.append((present & (values < plan.ge), f"{OUT_OF_RANGE}:{where}"))
+        if plan.le is not None:
+            out.append((present & (values > plan.le), f"{OUT_OF_RANGE}:{where}"))
+    if plan.min_len is not None or plan.max_len is not None:
+        lengths = _numpy(pc.list_value_length(array) if plan.is_list else pc.utf8_length(array), 0)
+        if plan.min_len is not None:
+            out.append((present & (lengths < plan.min_len), f"{BAD_LENGTH}:{where}"))
+        if plan.max_len is not None:
+            out.append((present & (lengths > plan.max_len), f"{BAD_LENGTH}:{where}"))
+    if plan.items is not None:
+        items = pc.list_flatten(array)
+        if len(items):
+            parents = np.asarray(pc.list_parent_indices(array).to_numpy(zero_copy_only=False), np.int64)
+            for bad, reason in _checks(items, plan.items):
+                if bad.any():
+                    entries = np.zeros(len(array), bool)
+                    entries[parents[bad]] = True
+                    out.append((entries, reason))
+    for key, field in plan.fields:
+        out += [(present & bad, reason) for bad, reason in _checks(array.field(key), field)]
+    return out
+
+
+def entry_reasons(table: pa.Table) -> list[str | None]:
+    """Each entry's first failed check of the entry model (``None`` when valid)."""
+    reasons: np.ndarray = np.full(table.num_rows, None, object)
+    for key, plan in PLANS:
+        for bad, reason in _checks(table.column(key).combine_chunks(), plan):
+            if bad.any():
+                reasons[bad & (reasons == None)] = reason  # noqa: E711 (elementwise)
+    return list(reasons.tolist())
+
+
+def _strings(array: pa.Array | pa.ChunkedArray) -> list[Any]:
+    return list(array.to_numpy(zero_copy_only=False).tolist())
+
+
+def buckets_of(table: pa.Table, buckets: int) -> np.ndarray:
+    """The state bucket (0..buckets-1) of each entry: Spark's ``pmod(xxhash64(key), buckets)`` of its key."""
+    clusters = _strings(table.column("cluster"))
+    topics = _strings(table.column("topic"))
+    partitions = _strings(table.column("partition"))
+    hashes = np.fromiter((xxhash.xxh64_intdigest(f"{c}/{t}/{p}".encode(), SEED)
+                          for c, t, p in zip(clusters, topics, partitions, strict=True)), np.uint64, len(clusters))
+    return np.mod(hashes.view(np.int64), buckets)
+
+
+def ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def entry_json(table: pa.Table, row: int) -> str:
+    """One entry as the JSON record a collector would have written (for the quarantine)."""
+    entry = {"schema": "partition/v1", **table.slice(row, 1).to_pylist()[0]}
+    return json.dumps(entry, separators=(",", ":"))
+
+
+def split_batch(value: bytes, bucket_ids: Sequence[int]) -> tuple[dict[int, pa.Table], list[tuple[str, str]]]:
+    """A batch record's valid entries by bucket id, and ``(reason, entry JSON)`` per entry it quarantines (the
+    whole record: one, with an empty entry)."""
+    try:
+        table = read_batch(value)
+    except BatchError as exc:
+        return {}, [(str(exc), "")]
+    reasons = entry_reasons(table)
+    bad = [row for row, reason in enumerate(reasons) if reason is not None]
+    quarantined = [(str(reasons[row]), entry_json(table, row)) for row in bad]
+    if bad:
+        keep = np.ones(table.num_rows, bool)
+        keep[bad] = False
+        table = table.filter(pa.array(keep))
+    if not table.num_rows:
+        return {}, quarantined
+    ids = np.asarray(bucket_ids, np.int64)[buckets_of(table, len(bucket_ids))]
+    shares = {int(bucket_id): table if (ids == bucket_id).all() else table.filter(pa.array(ids == bucket_id))
+              for bucket_id in np.unique(ids).tolist()}
+    return shares, quarantined
+
+
+def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
+                  ) -> tuple[dict[int, bytes], list[tuple[int, str, str]]]:
+    """Batch records split by bucket: one IPC stream per bucket with its entries of all the records (a bucket
+    then reads one stream per task, not one per record), and ``(record index, reason, entry JSON)`` per
+    quarantined entry or record."""
+    tables: dict[int, list[pa.Table]] = {}
+    quarantined: list[tuple[int, str, str]] = []
+    for index, value in enumerate(values):
+        shares, bad = split_batch(value, bucket_ids)
+        for bucket_id, table in shares.items():
+            tables.setdefault(bucket_id, []).append(table)
+        quarantined += [(index, reason, entry) for reason, entry in bad]
+    return {bucket_id: ipc(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+            for bucket_id, parts in tables.items()}, quarantined
+
+
+QUARANTINED = "q"
+"""Input ``kind`` of a record that failed parsing or validation (the job reads and parses each record once, for
+the state and the quarantine): its ``sample`` is what the quarantine keeps of it, passed through the processor
+untouched as the ``payload`` of a quarantine output row."""
+BATCH = "B"
+"""Input ``kind`` of a row whose ``batch`` holds partition samples as columns: a batch record, then (after
+:func:`split_rows`) one bucket's share of the batch records of one task."""
+QUARANTINE_VALUE_MAX_BYTES = 48_000
+"""How much of a batch record that cannot be read the quarantine keeps (base64: 64 kB of text)."""
+
+
+def split_rows(bucket_ids: list[int]) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
+    """The processor's input rows with the batch records (kind ``B``, the value in ``batch``, where it came from
+    in ``sample``) of a task replaced by one row per bucket they reach and a row per quarantined entry
+    (``mapInArrow``); other rows pass untouched."""
+    def split(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        values: list[bytes] = []
+        wheres: list[str] = []
+        schema = None
+        for rows in batches:
+            schema = rows.schema
+            batched = np.asarray(pc.fill_null(pc.equal(rows.column("kind"), BATCH), False)
+                                 .to_numpy(zero_copy_only=False), bool)
+            if not batched.all():
+                yield rows.filter(pa.array(~batched)) if batched.any() else rows
+            if batched.any():
+                picked = rows.filter(pa.array(batched))
+                values += picked.column("batch").to_pylist()
+                wheres += picked.column("sample").to_pylist()
+        if not values or schema is None:
+            return
+        shares, quarantined = split_records(values, bucket_ids)
+        out: dict[str, list[Any]] = {name: [] for name in schema.names}
+        for bucket_id, share in shares.items():
+            for name, value in (("bucket", bucket_id), ("kind", BATCH), ("sample", None), ("batch", share)):
+                out[name].append(value)
+        for index, reason, entry in quarantined:
+            where = json.loads(wheres[index])
+            raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
+            quarantine = {"reason": reason, "partition": where["partition"], "offset": where["offset"], "raw": raw,
+                          "key": where["key"]}
+            for name, value in (("bucket", bucket_ids[where["partition"] % len(bucket_ids)]),
+                                ("kind", QUARANTINED), ("sample", json.dumps(quarantine)), ("batch", None)):
+                out[name].append(value)
+        rows_out = len(out["kind"])
+        out["sample_time_ms"] = [None] * rows_out
+        out["cycle"] = [None] * rows_out
+        yield pa.RecordBatch.from_pydict(out, schema=schema)
+    return split
+
+
+# ------------------------------------------------------------------------------------------- the steady step
+
+
+def _lists(array: pa.Array) -> Lists:
+    return Lists(np.asarray(pc.list_flatten(array).to_numpy(zero_copy_only=False), np.int64),
+                 _numpy(pc.list_value_length(array), 0).astype(np.int64),
+                 np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool))
+
+
+def _membership(array: pa.Array) -> list[Any]:
+    """A list column as the metrics give it: each entry's list (a numpy array), ``None`` for none."""
+    return list(array.to_numpy(zero_copy_only=False))
+
+
+def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) -> SampleColumns:
+    """:func:`streaming.steady.gather` over a batch's entries, as arrays: ``rows`` is each entry's row in the
+    columns (-1 where it has none, or where it is not its partition's only record)."""
+    width = columns.columns["brokers"].shape[1]
+    c = columns.columns
+    n = table.num_rows
+    if not n or not len(columns):
+        return SampleColumns.empty(width)
+    known = rows >= 0
+    safe = np.where(known, rows, 0)
+    ok = known.copy()
+    hw = table.column("high_watermark")
+    ok &= np.asarray(hw.is_valid().to_numpy(zero_copy_only=False), bool)
+    # topic configs absent or the row's; a topic id absent, unknown to the row, or the row's
+    min_isr = table.column("min_insync_replicas")
+    ok &= np.asarray(min_isr.is_null().to_numpy(zero_copy_only=False), bool) | (
+        _numpy(min_isr, NULL) == c["min_insync_replicas"][safe])
+    unclean = table.column("unclean_leader_election")
+    ok &= np.asarray(unclean.is_null().to_numpy(zero_copy_only=False), bool) | (
+        _numpy(pc.cast(unclean, pa.int64()), -1) == c["unclean"][safe])
+    encoded = pc.dictionary_encode(table.column("topic_id")).combine_chunks()
+    codes = np.array([columns._codes.get(t, -2) for t in encoded.dictionary.to_pylist()] + [-1], np.int64)
+    topic_id = codes[_numpy(encoded.indices, len(codes) - 1)]
+    stored = c["topic_id_code"][safe]
+    ok &= (topic_id == -1) | (stored < 0) | (stored == topic_id)
+    # every replica's LEO read, one answer per replica of the row, placed in the row's broker order
+    offsets = table.column("replica_offsets").combine_chunks()
+    answers = pc.list_flatten(offsets)
+    parents = np.asarray(pc.list_parent_indices(offsets).to_numpy(zero_copy_only=False), np.int64)
+    brokers = _numpy(answers.field("broker_id"), -1)
+    leos = _numpy(answers.field("log_end_offset"), NULL)
+    unread = (leos == NULL) | np.asarray(answers.field("error").is_valid().to_numpy(zero_copy_only=False), bool)
+    match = c["brokers"][safe[parents]] == brokers[:, None]
+    found = match.any(axis=1)
+    bad = np.zeros(n, bool)
+    bad[parents[unread | ~found]] = True
+    answered = _numpy(pc.list_value_length(offsets), 0)
+    ok &= ~bad & (answered == c["replica_count"][safe]) & (
+        _numpy(pc.list_value_length(table.column("replicas")), 0) == c["replica_count"][safe])
+    entries = np.flatnonzero(ok)
+    if not len(entries):
+        return SampleColumns.empty(width)
+    position = np.full(n, -1, np.int64)
+    position[entries] = np.arange(len(entries))
+    placed = position[parents] >= 0
+    log_end_offsets = np.full((len(entries), width), NULL, np.int64)
+    log_end_offsets[position[parents[placed]], match[placed].argmax(axis=1)] = leos[placed]
+    # a broker that answered twice leaves another's slot at NULL, below any LEO: steady_step sends it to the step
+    picked = table.take(pa.array(entries, pa.int64()))
+    values = {name: _numpy(picked.column(name), NULL) for name in SAMPLE_VALUES
+              if name not in ("fingerprint", "lineage_sampled", "lineage_fingerprint")}
+    membership = {name: picked.column(name).combine_chunks() for name in MEMBERSHIP}
+    values["fingerprint"] = fingerprints(*(_lists(membership[name]) for name in MEMBERSHIP))
+    lineage = picked.column("epoch_lineage").combine_chunks()
+    pairs = pc.list_flatten(lineage)
+    flat = np.empty(2 * len(pairs), np.int64)
+    flat[0::2] = _numpy(pairs.field("leader_epoch"), 0)
+    flat[1::2] = _numpy(pairs.field("start_offset"), 0)
+    sampled = np.asarray(lineage.is_valid().to_numpy(zero_copy_only=False), bool)
+    values["lineage_sampled"] = sampled.astype(np.int64)
+    values["lineage_fingerprint"] = lineage_fingerprints(
+        Lists(flat, 2 * _numpy(pc.list_value_length(lineage), 0).astype(np.int64), sampled))
+    lists = {name: _membership(membership[name]) for name in MEMBERSHIP}
+    return SampleColumns(rows[entries], values, log_end_offsets, lists)

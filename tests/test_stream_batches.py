@@ -1,0 +1,156 @@
+"""``partition_batch/v1`` records: written from the pydantic model, read back as the samples they hold, checked entry
+by entry with the model's own checks (the bad entries quarantined alone, with the JSON path's reasons), split by
+state bucket exactly as Spark hashes a JSON record's key; and in Spark, the processor's input with batches and
+JSON records mixed on one topic."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
+
+import streaming.batches as batches
+from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, encode_batch, entries, is_batch
+from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, to_json
+from streaming.batches import (
+    BATCH,
+    MALFORMED_BATCH,
+    OVERSIZED_BATCH,
+    QUARANTINED,
+    buckets_of,
+    entry_reasons,
+    ipc,
+    read_batch,
+    split_batch,
+    split_records,
+)
+from streaming.parse import parse_samples, processor_input
+
+KAFKA_RECORD = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
+                           StructField("partition", IntegerType()), StructField("offset", LongType())])
+
+
+def sample(partition: int, topic: str = "orders", **fields: Any) -> PartitionSample:
+    values: dict[str, Any] = dict(
+        cluster="prod", collector_id="c", cycle=7, sample_time_ms=1_700_000_000_000, topic=topic,
+        topic_id="AAAAAAAAAAAAAAAAAAAAAA", partition=partition, leader=1, leader_epoch=3, replicas=[1, 2, 3],
+        isr=[1, 2], elr=[3], last_known_elr=[], high_watermark=100, log_start_offset=4,
+        replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=110), ReplicaOffsets(broker_id=2,
+                         log_end_offset=104), ReplicaOffsets(broker_id=3, error=ReplicaError.UNREACHABLE,
+                                                             error_detail="timed out")],
+        epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0), EpochEntry(leader_epoch=3, start_offset=90)]
+        if partition % 2 else None, min_insync_replicas=2 if partition % 3 else None,
+        unclean_leader_election=False if partition % 3 else None)
+    values.update(fields)
+    return PartitionSample(**values)
+
+
+def as_dict(s: PartitionSample) -> dict[str, Any]:
+    written: dict[str, Any] = json.loads(to_json(s))
+    del written["schema"]
+    return written
+
+
+def invalid(**fields: Any) -> PartitionSample:
+    """A sample the model refuses (built without validation, as a faulty or hostile writer would)."""
+    values = sample(0).__dict__ | fields
+    return PartitionSample.model_construct(**values)
+
+
+def test_a_batch_holds_the_samples_the_model_defines() -> None:
+    written = [sample(p) for p in range(7)]
+    value = encode_batch(written)
+    assert is_batch(value) and not is_batch(to_json(written[0]))
+    table = read_batch(value)
+    assert table.schema.metadata[b"schema"] == BATCH_SCHEMA.encode()
+    assert table.schema.names == [n for n in json.loads(to_json(written[0])) if n != "schema"]
+    assert entries(table) == [as_dict(s) for s in written]
+    assert entries(table, [5, 2]) == [as_dict(written[5]), as_dict(written[2])]
+    assert entry_reasons(table) == [None] * 7
+
+
+def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() -> None:
+    bad = [invalid(partition=-1), invalid(cluster=""), invalid(leader=None),
+           invalid(replica_offsets=[ReplicaOffsets.model_construct(broker_id=-5, log_end_offset=1)]),
+           invalid(isr=[1, -2]), invalid(topic="t" * 250), invalid(high_watermark=-3)]
+    good = [sample(p) for p in range(5)]
+    table = read_batch(encode_batch([good[0], *bad, *good[1:]]))
+    assert entry_reasons(table) == [None, "out_of_range:partition", "bad_length:cluster", "missing_field:leader",
+                                    "out_of_range:replica_offsets[].broker_id", "out_of_range:isr[]",
+                                    "bad_length:topic", "out_of_range:high_watermark", None, None, None, None]
+    shares, quarantined = split_batch(encode_batch([good[0], *bad, *good[1:]]), list(range(4)))
+    assert [reason for reason, _ in quarantined] == entry_reasons(table)[1:8]
+    assert json.loads(quarantined[0][1])["partition"] == -1 and json.loads(quarantined[0][1])["schema"] == \
+        "partition/v1"
+    kept = [e for share in shares.values() for e in entries(share)]
+    assert sorted(kept, key=lambda e: e["partition"]) == [as_dict(s) for s in good]
+
+
+def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> None:
+    value = encode_batch([sample(p) for p in range(3)])
+    table = read_batch(value)
+    cases = {
+        MALFORMED_BATCH: value[: len(value) // 2],  # truncated
+        "unknown_schema": ipc(table.replace_schema_metadata({b"schema": b"partition_batch/v9"})),
+        "missing_field:leader": ipc(table.drop_columns(["leader"]).replace_schema_metadata(ARROW_SCHEMA.metadata)),
+        "wrong_type:leader": ipc(table.set_column(table.schema.get_field_index("leader"), "leader",
+                                                  pa.array(["1", "1", "1"])).replace_schema_metadata(
+                                                      ARROW_SCHEMA.metadata)),
+        "unknown_field:rack": ipc(table.append_column("rack", pa.array(["a", "b", "c"])).replace_schema_metadata(
+            ARROW_SCHEMA.metadata)),
+    }
+    for reason, bad in cases.items():
+        assert split_batch(bad, [0, 1]) == ({}, [(reason, "")]), reason
+    shares, quarantined = split_records([value, cases[MALFORMED_BATCH], value], [4, 9])
+    assert quarantined == [(1, MALFORMED_BATCH, "")]  # the record's index among those split
+    assert {bucket: [e["partition"] for e in entries(read_batch(share))] for bucket, share in shares.items()} == {
+        bucket: [p for p in (0, 1, 2, 0, 1, 2) if [4, 9][buckets_of(table, 2)[p]] == bucket] for bucket in shares}
+
+
+def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 10)
+    assert split_batch(encode_batch([sample(p) for p in range(11)]), [0]) == ({}, [(OVERSIZED_BATCH, "")])
+    shares, quarantined = split_batch(encode_batch([sample(p) for p in range(10)]), [0])
+    assert list(shares) == [0] and shares[0].num_rows == 10 and quarantined == []
+
+
+def test_entries_go_to_the_bucket_spark_hashes_their_key_to(spark: SparkSession) -> None:
+    topics = ["orders", "Zahlungseingänge", "日本語トピック", "t" * 249, "a.b_c-d"]
+    written = [sample(p, topic=t, cluster=c) for t in topics for p in (0, 7, 2**31 - 1)
+               for c in ("prod", "clüster-ß")]
+    table = read_batch(encode_batch(written))
+    keys = spark.createDataFrame([(f"{s.cluster}/{s.topic}/{s.partition}",) for s in written], ["key"])
+    for buckets in (1, 7, 32, 256):
+        expected = [r[0] for r in keys.select(F.pmod(F.xxhash64("key"), F.lit(buckets))).collect()]
+        assert buckets_of(table, buckets).tolist() == expected
+
+
+def test_the_processor_input_holds_each_batch_split_by_bucket_beside_the_json_records(spark: SparkSession) -> None:
+    written = [sample(p) for p in range(40)]
+    bad_entry = invalid(partition=-1)
+    values = [encode_batch([*written[:20], bad_entry]), to_json(written[20]), encode_batch(written[21:]),
+              encode_batch(written)[:100]]
+    keys = [b"prod/#1", b"prod/orders/20", b"prod/#2", b"prod/#3"]
+    rows = [(k, v, 4, 100 + i) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
+    bucket_ids = [3, 5, 8, 13]
+    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids), bucket_ids).collect()
+    shares = [r for r in taken if r["kind"] == BATCH]
+    got = {e["partition"]: (r["bucket"], e) for r in shares for e in entries(read_batch(bytes(r["batch"])))}
+    json_rows = [r for r in taken if r["kind"] == "p"]
+    assert [json.loads(r["sample"])["partition"] for r in json_rows] == [20]
+    assert sorted(got) == [p for p in range(40) if p != 20]
+    expected_bucket = dict(zip(range(40), (bucket_ids[b] for b in buckets_of(read_batch(encode_batch(written)),
+                                                                               len(bucket_ids))), strict=True))
+    assert all(bucket == expected_bucket[p] and e == as_dict(written[p]) for p, (bucket, e) in got.items())
+    assert json_rows[0]["bucket"] == expected_bucket[20]
+    assert len({r["bucket"] for r in shares}) > 1 and all(r["bucket"] in bucket_ids for r in taken)
+    quarantined = sorted((json.loads(r["sample"]) for r in taken if r["kind"] == QUARANTINED),
+                         key=lambda q: q["offset"])
+    assert [(q["reason"], q["offset"]) for q in quarantined] == [("out_of_range:partition", 100),
+                                                                  (MALFORMED_BATCH, 103)]
+    assert json.loads(quarantined[0]["raw"])["partition"] == -1 and quarantined[0]["key"] == "cHJvZC8jMQ=="
