@@ -2,15 +2,16 @@
 step, with every sample through :mod:`streaming.detect`'s step against the steady columns (:mod:`streaming.steady`),
 and with the samples as JSON records against ``partition_batch/v1`` batches; and the collector's encoding of each.
 
-    .venv/bin/python bench/bench_worker.py [--partitions 100000] [--buckets 32] [--cycles 6] [--rounds 3]
-                                           [--no-write]
+    .venv/bin/python bench/bench_worker.py [--partitions 25000] [--buckets 8] [--warmup-cycles 13] [--cycles 19]
+                                           [--rounds 3] [--no-write]
 
 No Spark and no Kafka: the collector's encoding and the processor's code as the workers run it, in one process.
 A cluster of ``--partitions`` partitions of replication factor 3 is sampled ``--cycles`` times as
 bench_stream.py's producer samples it (offsets moving, 1 partition in 1,000 with a shrunk ISR per cycle, a lineage
-in 1 sample of 12); the state of one of its ``--buckets`` buckets is kept. The first two cycles (every state
-created, then every partition's first steady sample) are not timed. Steps, in microseconds per sample (CPU of this
-process, the minimum over ``--rounds`` rounds):
+in 1 sample of 12); the state of one of its ``--buckets`` buckets is kept (3,125 partitions by default, as
+100,000 partitions in 32 buckets). The first ``--warmup-cycles`` are not timed: every state is created, then
+every partition's first steady sample and its first lineage (a lineage the state holds already is steady).
+Steps, in microseconds per sample (CPU of this process, the minimum over ``--rounds`` rounds):
 
 * encode: the collector's records of the whole cluster (``to_json`` per sample; batches of up to 2,000);
 * split: every batch record checked entry by entry and split by bucket (``streaming.batches.split_records``:
@@ -112,7 +113,8 @@ def bucket_input(samples: list[PartitionSample], sample_format: str, buckets: in
                          "batch": mine}), count, t1 - t0, t3 - t2
 
 
-def run_round(partitions: int, buckets: int, cycles: int, sample_format: str, steady: bool) -> dict[str, float]:
+def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_format: str, steady: bool
+              ) -> dict[str, float]:
     """CPU µs per sample of each step over the timed cycles: encoding and splitting per sample of the cluster,
     the bucket's steps per sample of the bucket."""
     spent = dict.fromkeys(STEPS, 0.0)
@@ -142,7 +144,7 @@ def run_round(partitions: int, buckets: int, cycles: int, sample_format: str, st
             t6 = clock()
         finally:
             gc.enable()
-        if cycle < 2:
+        if cycle < warmup:
             continue
         cluster_samples += len(samples)
         bucket_samples += count
@@ -192,16 +194,17 @@ def plot(results: dict[str, dict[str, float]], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--partitions", type=int, default=100_000)
-    parser.add_argument("--buckets", type=int, default=32)
-    parser.add_argument("--cycles", type=int, default=6)
+    parser.add_argument("--partitions", type=int, default=25_000)
+    parser.add_argument("--buckets", type=int, default=8)
+    parser.add_argument("--warmup-cycles", type=int, default=13)
+    parser.add_argument("--cycles", type=int, default=19)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     random.seed(1)
     results: dict[str, dict[str, float]] = {}
     for name, sample_format, steady in VARIANTS:
-        rounds = [run_round(args.partitions, args.buckets, args.cycles, sample_format, steady)
+        rounds = [run_round(args.partitions, args.buckets, args.warmup_cycles, args.cycles, sample_format, steady)
                   for _ in range(args.rounds)]
         results[name] = {step: min(r[step] for r in rounds) for step in STEPS}
         total = sum(results[name].values())
@@ -221,7 +224,7 @@ def main() -> None:
     section = (f"## {HEADING}\n\nWhat the job's Python workers spend per partition sample, by step, in µs of CPU "
                f"(a cluster of {args.partitions:,} partitions, RF 3, in {args.buckets} state buckets: the collector's "
                f"encoding and the split per sample of the cluster, the rest per sample of one bucket; "
-               f"{args.cycles - 2} timed cycles, minimum of "
+               f"{args.cycles - args.warmup_cycles} timed cycles after {args.warmup_cycles}, minimum of "
                f"{args.rounds} rounds; no Spark, no Kafka: see the docstring of `bench/bench_worker.py`), and what "
                f"the collector spends encoding it.\n\n```\n{shlex.join(command.split())}\n```\n\n"
                + "\n".join(lines) + f"\n\nRun on Python {sys.version.split()[0]}.\n\n"
