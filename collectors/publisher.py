@@ -9,13 +9,14 @@ Both offer the same small API (:class:`SampleSink`), used by the protocol sample
     sink.dropped, sink.buffered             # counts
     sink.close()
 
-Values are :func:`replmon.contracts.samples.to_json`, keys :func:`record_key` (cluster/topic/partition), so every
-sample of one partition lands in one Kafka partition, in order. The samples topic is created when missing,
-with ``retention.ms`` and ``compression.type``. When the samples cluster is away, samples wait in a bounded
-buffer (``collector.buffer_max_samples``) and the sender backs off exponentially; a delivery that fails for a
-retriable reason (no leader, too few in-sync replicas, timeout) goes back into the buffer. What does not fit,
-or fails for good (a record too large, a missing ACL), is dropped and counted
-(``replmon_collector_samples_dropped``).
+A cycle's partition samples go as ``partition_batch/v1`` records (:func:`encode_records`, keyed by cluster and
+group); every other sample's value is :func:`replmon.contracts.samples.to_json`, its key :func:`record_key`
+(cluster/topic/partition). Every sample of one partition (of one kind) lands in one Kafka partition, in order.
+The samples topic is created when missing, with ``retention.ms`` and ``compression.type``. When the samples
+cluster is away, samples wait in a bounded buffer (``collector.buffer_max_samples``, in samples) and the sender
+backs off exponentially; a delivery that fails for a retriable reason (no leader, too few in-sync replicas,
+timeout) goes back into the buffer. What does not fit, or fails for good (a record too large, a missing ACL), is
+dropped and counted (``replmon_collector_samples_dropped``).
 """
 
 from __future__ import annotations

@@ -192,7 +192,8 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     return table, out.rows + ([] if out.steady is None else steady_rows(out.steady))
 
 
-def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int) -> tuple[Table, BucketOutput]:
+def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int, *, copy: bool = True
+                 ) -> tuple[Table, BucketOutput]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
     ``kind`` ('p' partition sample, 'r' replica sample, 'm' partition change and 'b' broker change of the metadata
     log, :data:`QUARANTINED`), ``sample`` (its JSON),
@@ -202,7 +203,8 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
 
     With a :class:`ColumnarTable`, the partition samples that are their partition's only record in the micro-batch
     and change only offsets are applied to the steady columns at once (:mod:`streaming.steady`); every other record
-    takes its step of :mod:`streaming.detect`, in time order."""
+    takes its step of :mod:`streaming.detect`, in time order. ``copy=False`` changes ``table`` itself (the
+    processor's, loaded for this micro-batch alone), instead of a copy of it."""
     bad = samples["kind"] == QUARANTINED
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
@@ -210,7 +212,8 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     ordered = samples[~bad & ~batched].sort_values(["sample_time_ms", "cycle"], kind="stable")
     newest: dict[PartitionKey, PartitionMetrics] = {}
     snapshot: set[PartitionKey] = set()
-    table = table.copy()
+    if copy:
+        table = table.copy()
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
@@ -397,7 +400,7 @@ class ReplicationProcessor(StatefulProcessor):
             stored = self.table.load()
             table = stored if stored is not None else ColumnarTable()
             step("load", len(table))
-            table, out = apply_bucket(table, samples, self.cfg, now_ms)
+            table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next

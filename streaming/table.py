@@ -10,7 +10,7 @@ mapping of ``(cluster, topic, partition)`` to its state, which :mod:`streaming.d
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -20,8 +20,6 @@ from replmon.core.errors import ReplmonError
 from streaming.detect import LEO_HISTORY_LENGTH
 from streaming.state import BucketValue, PartitionKey, PartitionState, dump_state, load_state
 from streaming.steady import COLUMNS, SteadyColumns, steady_form
-
-_NOTHING: Mapping[Any, Any] = {}
 
 
 class _Table(MutableMapping[PartitionKey, BucketValue]):
@@ -82,16 +80,18 @@ class PackedTable(_Table):
         """How many partitions were unpickled or set since the table was loaded (these are pickled again)."""
         return len(self._live)
 
-    def packed(self, skip: Mapping[PartitionKey, Any] = _NOTHING) -> dict[PartitionKey, bytes]:
-        """Every partition's pickled state but those of ``skip``: those never unpickled as they were loaded."""
-        out = {key: packed for key, packed in self._packed.items() if key not in skip}
+    def packed(self) -> dict[PartitionKey, bytes]:
+        """Every partition's pickled state: those never unpickled as they were loaded."""
+        out = dict(self._packed)
         for key, state in self._live.items():
-            if key not in skip:
-                out[key] = dump_state(state)
+            out[key] = dump_state(state)
         return out
 
     def live(self) -> dict[PartitionKey, BucketValue]:
-        """The states unpickled or set since the table was loaded."""
+        """The states unpickled or set since the table was loaded (the table's own: a key deleted from it leaves
+        the table, a key unpickled is no longer packed)."""
+        for key in self._live:
+            self._packed.pop(key, None)
         return self._live
 
 
@@ -141,15 +141,16 @@ class ColumnarTable(_Table):
         return [*self.side, *self.steady.stale_candidates(now_ms, stale_after_ms)]
 
     def fold(self) -> tuple[dict[PartitionKey, bytes], SteadyColumns]:
-        """What the state store keeps: the states read or set that are steady back in the columns, every other one
-        pickled."""
+        """What the state store keeps: the states read or set that are steady moved back into the columns (the
+        table holds the same states after it), every other one pickled."""
         live = self.side.live()
         steady = {key: state for key, state in live.items()
                   if isinstance(state, PartitionState) and steady_form(state)}
-        columns = self.steady.copy()
-        columns.add(steady)
-        packed = self.side.packed(skip=steady)
-        return packed, columns.compacted()
+        self.steady.add(steady)  # they move: the columns hold them from now on, the packed part no longer
+        for key in steady:
+            del live[key]
+        self.steady = self.steady.compacted()
+        return self.side.packed(), self.steady
 
 
 STATE_MAGIC = b"RPL"
