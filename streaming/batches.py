@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple, get_args, get_origin
 
 import numpy as np
@@ -21,7 +21,7 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import BaseModel
 
-from replmon.contracts.batches import ARROW_SCHEMA, ENTRY_MODEL, SCHEMA_KEY, SKIPPED
+from replmon.contracts.batches import ARROW_SCHEMA, ENTRY_MODEL, SCHEMA_KEY, SKIPPED, read_stream, write_stream
 from replmon.contracts.fields import annotated, json_name, unwrap
 from streaming.schema import BAD_LENGTH, MISSING_FIELD, OUT_OF_RANGE, UNKNOWN_FIELD, UNKNOWN_SCHEMA, WRONG_TYPE
 from streaming.steady import (
@@ -54,8 +54,7 @@ def read_batch(value: bytes) -> pa.Table:
     """The batch's entries; :class:`BatchError` with the quarantine reason when the value is not an IPC stream
     of the batch schema."""
     try:
-        reader = pa.ipc.open_stream(value)
-        table = reader.read_all()
+        table = read_stream(value)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
         raise BatchError(MALFORMED_BATCH) from exc
     schema = table.schema
@@ -169,13 +168,6 @@ def buckets_of(table: pa.Table, buckets: int) -> np.ndarray:
     return np.mod(hashes.view(np.int64), buckets)
 
 
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
 def entry_json(table: pa.Table, row: int) -> str:
     """One entry as the JSON record a collector would have written (for the quarantine)."""
     entry = {"schema": "partition/v1", **table.slice(row, 1).to_pylist()[0]}
@@ -216,7 +208,7 @@ def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
         for bucket_id, table in shares.items():
             tables.setdefault(bucket_id, []).append(table)
         quarantined += [(index, reason, entry) for reason, entry in bad]
-    return {bucket_id: ipc(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
+    return {bucket_id: write_stream(pa.concat_tables(parts) if len(parts) > 1 else parts[0])
             for bucket_id, parts in tables.items()}, quarantined
 
 
@@ -285,9 +277,17 @@ def _membership(array: pa.Array) -> list[Any]:
     return list(array.to_numpy(zero_copy_only=False))
 
 
+def as_entries(samples: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """Partition samples given as dicts (JSON records, parsed) as a batch's entries: one way to compare both."""
+    return pa.Table.from_pylist(list(samples), schema=ARROW_SCHEMA)
+
+
 def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) -> SampleColumns:
-    """:func:`streaming.steady.gather` over a batch's entries, as arrays: ``rows`` is each entry's row in the
-    columns (-1 where it has none, or where it is not its partition's only record)."""
+    """The partition samples (a batch's entries, or JSON records through :func:`as_entries`) that may be steady,
+    as the arrays :func:`streaming.steady.steady_step` compares and writes: ``rows`` is each entry's row in the
+    columns (-1 where it has none, or where it is not its partition's only record). Kept: a high watermark, topic
+    configs absent or the row's, a topic id absent, unknown to the row or the row's, one readable answer per
+    replica of the row; times, leader, epoch, membership, lineage and offsets are compared by steady_step."""
     width = columns.columns["brokers"].shape[1]
     c = columns.columns
     n = table.num_rows

@@ -43,9 +43,10 @@ from pyspark.sql.types import (
 )
 
 from replmon.contracts.batches import entries as batch_entries
+from replmon.contracts.batches import read_stream
 from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
-from streaming.batches import BATCH, QUARANTINED, gather_entries
+from streaming.batches import BATCH, QUARANTINED, as_entries, gather_entries
 from streaming.detect import (
     DetectConfig,
     PartitionMetrics,
@@ -63,7 +64,7 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import SampleColumns, gather, steady_metrics, steady_step
+from streaming.steady import steady_metrics, steady_step
 from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -217,34 +218,17 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
-    entry_keys: list[PartitionKey] = [] if entries is None else list(zip(
-        *(entries.column(name).to_numpy(zero_copy_only=False).tolist() for name in ("cluster", "topic", "partition")),
-        strict=True))
     steady: dict[str, Any] | None = None
     moved: set[PartitionKey] = set()
-    rest = np.arange(len(entry_keys))
     if isinstance(table, ColumnarTable) and len(table.steady):
-        keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"])
-                for kind, s in zip(kinds, parsed, strict=True)]
-        records = Counter(keys)
-        records.update(entry_keys)
-        alone = [(key, s) for kind, key, s in zip(kinds, keys, parsed, strict=True)
-                 if kind == "p" and key is not None and records[key] == 1]
-        index = table.steady.index
-        entry_rows = np.array([index.get(key, -1) if records[key] == 1 else -1 for key in entry_keys], np.int64)
-        gathered = [gather(table.steady, alone)]
-        if entries is not None:
-            gathered.append(gather_entries(table.steady, entries, entry_rows))
-        batch = steady_step(table.steady, SampleColumns.concat(gathered), cfg, now_ms)
-        if len(batch.rows):
-            steady = steady_metrics(table.steady, batch)
-            moved = set(batch.keys(table.steady))
-            rest = np.array([i for i, key in enumerate(entry_keys) if key not in moved], np.int64)
-    if entries is not None and len(rest):  # the entries not steady, among the records in time order
-        more: list[dict[str, Any]] = batch_entries(entries, rest)
-        merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
-                        key=lambda record: _order(record[1]))
-        kinds, parsed = [kind for kind, _ in merged], [s for _, s in merged]
+        steady, moved = _apply_steady(table, kinds, parsed, entries, cfg, now_ms)
+    if entries is not None:  # the entries not steady, among the records in time order
+        rest = [i for i, key in enumerate(_keys(entries)) if key not in moved]
+        if rest:
+            more: list[dict[str, Any]] = batch_entries(entries, rest)
+            merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
+                            key=lambda record: _order(record[1]))
+            kinds, parsed = [kind for kind, _ in merged], [s for _, s in merged]
     for kind, s in zip(kinds, parsed, strict=True):
         state: BucketValue
         if kind == "b":
@@ -280,6 +264,34 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     return table, BucketOutput(rows, steady)
 
 
+def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str, Any]], entries: pa.Table | None,
+                  cfg: DetectConfig, now_ms: int) -> tuple[dict[str, Any] | None, set[PartitionKey]]:
+    """The steady step (:mod:`streaming.steady`) over the micro-batch's partition samples that are their
+    partition's only record, JSON records and batch entries compared alike (as entries): the metrics of the
+    partitions it moved, and their keys (they take no other step)."""
+    keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"]) for kind, s in zip(kinds, parsed,
+                                                                                                   strict=True)]
+    alone = [s for kind, key, s in zip(kinds, keys, parsed, strict=True) if kind == "p"]
+    candidates = as_entries(alone)
+    if entries is not None:
+        candidates = pa.concat_tables([candidates, entries])
+    candidate_keys = _keys(candidates)
+    records = Counter(keys)
+    records.update(candidate_keys[len(alone):])
+    index = table.steady.index
+    rows = np.array([index.get(key, -1) if records[key] == 1 else -1 for key in candidate_keys], np.int64)
+    batch = steady_step(table.steady, gather_entries(table.steady, candidates, rows), cfg, now_ms)
+    if not len(batch.rows):
+        return None, set()
+    return steady_metrics(table.steady, batch), set(batch.keys(table.steady))
+
+
+def _keys(entries: pa.Table) -> list[PartitionKey]:
+    """Each entry's partition key (numpy's conversion: Arrow's to_pylist is slower per value)."""
+    return list(zip(*(entries.column(name).to_numpy(zero_copy_only=False).tolist()
+                      for name in ("cluster", "topic", "partition")), strict=True))
+
+
 def _order(s: dict[str, Any]) -> tuple[int, int]:
     """Where a record goes in time order, as :func:`streaming.parse.parse_samples` sets its columns."""
     if "append_time_ms" in s:
@@ -287,9 +299,9 @@ def _order(s: dict[str, Any]) -> tuple[int, int]:
     return s["sample_time_ms"], s["cycle"]
 
 
-def _entries(values: list[bytes]) -> pa.Table | None:
+def _entries(values: list[bytes]) -> pa.Table:
     """The batches' entries, as one table (each value is one bucket's share of a batch: streaming.batches)."""
-    tables = [pa.ipc.open_stream(value).read_all() for value in values]
+    tables = [read_stream(value) for value in values]
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
@@ -311,9 +323,10 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
 
 
 def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
-    """The steady step's metrics as :func:`partition_row` gives them, a dict per partition."""
+    """The steady step's metrics as :func:`partition_row` gives them, a dict per partition (lists, not arrays)."""
     names = list(steady)
-    values = [steady[name].tolist() if isinstance(steady[name], np.ndarray) else steady[name] for name in names]
+    values = [steady[name].tolist() if isinstance(steady[name], np.ndarray)
+              else [x.tolist() if isinstance(x, np.ndarray) else x for x in steady[name]] for name in names]
     rows = []
     for row in zip(*values, strict=True):
         out = dict(zip(names, row, strict=True))

@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 import streaming.batches as batches
-from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, encode_batch, entries, is_batch
+from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, encode_batch, entries, is_batch, write_stream
 from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, to_json
 from streaming.batches import (
     BATCH,
@@ -24,7 +24,6 @@ from streaming.batches import (
     QUARANTINED,
     buckets_of,
     entry_reasons,
-    ipc,
     read_batch,
     split_batch,
     split_records,
@@ -94,15 +93,16 @@ def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() 
 def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> None:
     value = encode_batch([sample(p) for p in range(3)])
     table = read_batch(value)
+    meta = ARROW_SCHEMA.metadata
     cases = {
         MALFORMED_BATCH: value[: len(value) // 2],  # truncated
-        "unknown_schema": ipc(table.replace_schema_metadata({b"schema": b"partition_batch/v9"})),
-        "missing_field:leader": ipc(table.drop_columns(["leader"]).replace_schema_metadata(ARROW_SCHEMA.metadata)),
-        "wrong_type:leader": ipc(table.set_column(table.schema.get_field_index("leader"), "leader",
+        "unknown_schema": write_stream(table.replace_schema_metadata({b"schema": b"partition_batch/v9"})),
+        "missing_field:leader": write_stream(table.drop_columns(["leader"]).replace_schema_metadata(meta)),
+        "wrong_type:leader": write_stream(table.set_column(table.schema.get_field_index("leader"), "leader",
                                                   pa.array(["1", "1", "1"])).replace_schema_metadata(
                                                       ARROW_SCHEMA.metadata)),
-        "unknown_field:rack": ipc(table.append_column("rack", pa.array(["a", "b", "c"])).replace_schema_metadata(
-            ARROW_SCHEMA.metadata)),
+        "unknown_field:rack": write_stream(table.append_column("rack", pa.array(["a", "b", "c"]))
+                                           .replace_schema_metadata(meta)),
     }
     for reason, bad in cases.items():
         assert split_batch(bad, [0, 1]) == ({}, [(reason, "")]), reason

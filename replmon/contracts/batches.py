@@ -106,11 +106,21 @@ def _struct(objects: list[Any], model: type[BaseModel], skip: Sequence[str] = ()
 def encode_batch(samples: Sequence[PartitionSample]) -> bytes:
     """The samples as one record value: an Arrow IPC stream of one record batch."""
     columns = _struct(list(samples), ENTRY_MODEL, SKIPPED)
-    table = pa.RecordBatch.from_struct_array(columns).replace_schema_metadata(ARROW_SCHEMA.metadata)
+    return write_stream(pa.Table.from_batches([pa.RecordBatch.from_struct_array(columns)]).replace_schema_metadata(
+        ARROW_SCHEMA.metadata))
+
+
+def write_stream(table: pa.Table) -> bytes:
+    """A table as an Arrow IPC stream (a batch record's value, or a bucket's share of batch records)."""
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, ARROW_SCHEMA) as writer:
-        writer.write_batch(table)
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
     return bytes(sink.getvalue().to_pybytes())
+
+
+def read_stream(value: bytes) -> pa.Table:
+    """The table an Arrow IPC stream holds (:func:`write_stream`)."""
+    return pa.ipc.open_stream(value).read_all()
 
 
 def is_batch(value: bytes | None) -> bool:
@@ -148,5 +158,4 @@ def entries(table: pa.Table, rows: Sequence[int] | np.ndarray | None = None) -> 
 def decode_batch(value: bytes) -> list[dict[str, Any]]:
     """A batch record's samples as the JSON records of ``partition/v1`` would give them (``schema`` included);
     for tools and tests: the job reads and checks a batch with :mod:`streaming.batches`."""
-    table = pa.ipc.open_stream(value).read_all()
-    return [{"schema": PARTITION_SCHEMA, **entry} for entry in entries(table)]
+    return [{"schema": PARTITION_SCHEMA, **entry} for entry in entries(read_stream(value))]
