@@ -136,7 +136,7 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
         if not steady or len(handler) != len(steady):
             raise RuntimeError(f"{name}: {len(steady)} steady batches, {len(handler)} timed")
         scrapes = [scrape_s(job.port) for _ in range(SCRAPES)]
-        table = job.exporter.snapshot()
+        tracked, table = job.exporter.tracked(), job.exporter.snapshot()
         mem = memory(spark)
         state_memory = sum(op.get("memoryUsedBytes", 0) for op in steady[-1].get("stateOperators", []))
     finally:
@@ -147,7 +147,8 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
         return statistics.fmean(t.get(key, 0.0) for t in handler)
 
     out = {
-        "partitions": partitions, "tracked": len(table), "topics": max(1, partitions // PER_TOPIC),
+        "partitions": partitions, "tracked": tracked, "driver_rows": len(table),
+        "topics": max(1, partitions // PER_TOPIC),
         "steady_batches": len(steady), "batch_rows": statistics.fmean(p["numInputRows"] for p in steady),
         "batch_s": statistics.fmean(p["batchDuration"] / 1000 for p in steady),
         "handler_s": mean("handler"), "exporter_s": mean("exporter"), "history_s": mean("history"),

@@ -326,7 +326,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                 now = time.perf_counter()
                 spent[name], counts[name], last = now - last, count, now
 
-            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), step)
+            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]), step)
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
@@ -761,7 +761,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         last = of_run(state_query)[-1]
         results["state_rows"] = sum(op.get("numRowsTotal", 0) for op in last.get("stateOperators", []))
         results["state_memory_mb"] = sum(op.get("memoryUsedBytes", 0) for op in last.get("stateOperators", [])) / 2**20
-        results["tracked"] = len(job.exporter.snapshot())
+        results["tracked"] = job.exporter.tracked()
         results["memory"] = memory(spark)
         quarantined: Mapping[Any, float] = job.exporter._counters.get("replmon_quarantined_samples_total", {})
         results["quarantined"] = int(sum(quarantined.values()))

@@ -12,15 +12,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
 
 from replmon.core.config import ReplmonConfig
 from streaming.exporter import JobExporter
 from streaming.parse import quarantined_records
-from streaming.processor import KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, NOT_METRICS
+from streaming.processor import KIND_BUCKET, KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, NOT_METRICS
 from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
+from streaming.serving import Partials
 from streaming.silence import collapse_stale, compact_json
 from streaming.sinks import EventsPublisher, HistoryWriter
 
@@ -37,9 +40,11 @@ class JobStats:
 
 
 class StateBatchHandler:
-    """foreachBatch of the state query: one collect, then events, metrics and history from the driver; with a
-    history off the local disk, its partition snapshots written by the executors from the micro-batch, held in
-    their memory for the two uses (computed once: the state is applied once)."""
+    """foreachBatch of the state query. The micro-batch's output stays on the executors but for what the driver
+    serves (:mod:`streaming.serving`): events, quarantined records, a message per state bucket (its aggregates,
+    the partitions no longer candidates) and the candidates' rows that changed. The history's partition snapshots
+    are written by Spark's Parquet writer on the executors, straight from the output, held in their memory for the
+    two uses (computed once: the state is applied once)."""
 
     def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
                  spark: SparkSession | None = None) -> None:
@@ -48,12 +53,11 @@ class StateBatchHandler:
         self.gate = gate
         self.events = EventsPublisher(config)
         self.history = HistoryWriter(config.stream.history_dir, spark)
+        self.newest_sample_ms: int | None = None
+        """The newest sample time the last micro-batch's buckets hold."""
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.gate.batch(batch_id):
-            if not self.history.distributed:
-                self.handle(batch, batch_id)
-                return
             batch.persist()
             try:
                 self.handle(batch, batch_id)
@@ -61,31 +65,31 @@ class StateBatchHandler:
                 batch.unpersist()
 
     def handle(self, batch: DataFrame, batch_id: int) -> None:
-        out: pd.DataFrame = batch.toPandas()
+        out: pd.DataFrame = batch.filter((F.col("kind") != KIND_PARTITION) | F.col("served")).toPandas()
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
         events = out[out["kind"] == KIND_EVENT]
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
+        history_rows, self.newest_sample_ms = take_served(self.exporter, out[out["kind"] == KIND_BUCKET], partitions)
         payloads = dict(zip(events["event_id"], events["payload"], strict=True))
         all_events = collapse_stale([json.loads(p) for p in payloads.values()], self.exporter.partitions_per_cluster)
         written = self.events.publish(((e["event_id"], payloads.get(e["event_id"]) or compact_json(e))
                                        for e in all_events), batch_id)
         decoded = [json.loads(p) for p in written]
         self.exporter.count_events(decoded)
-        if not partitions.empty:
-            self.exporter.update_partitions(partitions.drop(columns=list(NOT_METRICS)))
         self.history.write_events(all_events, batch_id)
-        self.history.write_partitions(partitions, batch_id, batch)
+        if history_rows:
+            self.history.write_partitions(batch)
         now = time.time()
         self.exporter.count("replmon_job_batches_total", ())
         self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
         with self.stats.lock:
             self.stats.batches += 1
             self.stats.events += len(decoded)
-            if not partitions.empty:
-                newest = float(partitions["sample_time_ms"].max()) / 1000
+            if self.newest_sample_ms is not None:
+                newest = self.newest_sample_ms / 1000
                 self.stats.delays_s.append(now - newest)
                 self.exporter.set_job("replmon_job_sample_to_metric_delay_seconds", now - newest)
 
@@ -95,6 +99,35 @@ class StateBatchHandler:
         self.events.quarantine(bad)
         for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
+
+
+def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.DataFrame) -> tuple[int, int | None]:
+    """A micro-batch's bucket messages and candidate rows (:func:`streaming.processor.serve`) into the exporter;
+    returns how many history snapshots the micro-batch's output holds and the newest sample time its buckets hold.
+    A bucket called twice in one micro-batch (its samples and its timer) sends two messages: on each partition the
+    newer one's word holds (their sequence, also in the rows' ``payload``)."""
+    messages = sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
+                                                                          strict=True)), key=lambda m: m["seq"])
+    aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}
+    last_left: dict[tuple[str, str, int], int] = {}
+    for m in messages:
+        for cluster, topic, partition in m["left"]:
+            last_left[(cluster, topic, int(partition))] = m["seq"]
+    if last_left and not partitions.empty:
+        keep = []
+        for key, seq in zip(zip(partitions["cluster"], partitions["topic"], partitions["partition"].tolist(),
+                                strict=True), partitions["payload"].astype(int).tolist(), strict=True):
+            left_at = last_left.get(key)
+            keep.append(left_at is None or left_at < seq)
+            if left_at is not None and left_at < seq:  # a candidate again after it left
+                del last_left[key]
+        partitions = partitions[keep]
+    exporter.update_buckets(aggregates, list(last_left))
+    if not partitions.empty:  # of two rows of one sample time (a sample's, then its timer's) the later one holds
+        order = np.lexsort((partitions["payload"].astype(int).to_numpy(), partitions["sample_time_ms"].to_numpy()))
+        exporter.update_partitions(partitions.iloc[order].drop(columns=list(NOT_METRICS)))
+    newest = [int(t) for p in aggregates.values() for t in p.clusters.get("last_sample_time_ms", ())]
+    return sum(int(m["history"]) for m in messages), max(newest) if newest else None
 
 
 class ProgressListener(JsonProgressListener):

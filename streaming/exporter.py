@@ -1,14 +1,14 @@
 """Prometheus exposition of the job, served by the driver (prometheus-client).
 
-The driver keeps the newest metrics row of every partition (columns updated in place in foreachBatch) and turns it
-into series at scrape time: per-partition and per-replica series for at most ``series_budget`` partitions,
-unhealthy first, and aggregates per cluster, broker and topic for all of them. Counters (events, lost messages,
+The driver keeps what the state buckets send it (:mod:`streaming.serving`): each bucket's newest aggregates per
+cluster, topic and broker, combined over the buckets, and the newest metrics row of each bucket's candidates for
+the series budget (columns updated in place in foreachBatch); at scrape time the first ``series_budget`` of the
+candidates get per-partition and per-replica series. Counters (events, lost messages,
 quarantined samples) only ever grow and are fed from rows already de-duplicated by event id.
 """
 
 from __future__ import annotations
 
-import itertools
 import threading
 import urllib.request
 from collections import Counter
@@ -23,6 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from replmon.contracts.metrics import BY_NAME, CATALOG, MetricSpec
+from streaming.serving import Partials, budgeted, combine
 
 KEY = ["cluster", "topic", "partition"]
 
@@ -48,121 +49,38 @@ def _family(spec: MetricSpec) -> GaugeMetricFamily | CounterMetricFamily:
     return GaugeMetricFamily(spec.name, spec.help, labels=list(spec.labels))
 
 
-def budgeted(table: pd.DataFrame, budget: int) -> pd.DataFrame:
-    """The partitions that get their own series: the ``budget`` least healthy (then the most lagging)."""
-    if len(table) <= budget:
-        return table
-    order = table.assign(_lag=table["hw_lag"].fillna(0) + table["max_follower_lag"].fillna(0))
-    return order.sort_values(["health", "_lag"], ascending=[True, False], kind="stable").head(budget)
-
-
-def aggregate_families(table: pd.DataFrame) -> list[Metric]:
-    """Cluster, topic and broker aggregates over every partition (pure)."""
+def aggregate_families(aggregates: Partials) -> list[Metric]:
+    """Cluster, topic and broker aggregates (pure): over every partition, as the buckets' :class:`Partials`
+    combined give them."""
     fams = {s.name: _family(s) for s in CATALOG if s.labels in (("cluster",), ("cluster", "topic"),
                                                                   ("cluster", "broker")) and s.type == "gauge"}
-    if table.empty:
-        return list(fams.values())
-    # True -> 1; False and unknown (None) -> 0 (fillna on an object column warns on every batch: pandas 2.2)
-    flags = table.assign(**{flag: table[flag].eq(True).astype(int) for flag in
-                            ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale")})
-    by_cluster = flags.groupby("cluster").agg(
-        partitions=("partition", "size"), under_replicated=("under_replicated", "sum"),
-        under_min_isr=("under_min_isr", "sum"), at_min_isr=("at_min_isr", "sum"), offline=("offline", "sum"),
-        hw_stalled=("hw_stalled", "sum"), stale=("stale", "sum"), last=("sample_time_ms", "max"))
-    for cluster, row in by_cluster.iterrows():
-        labels = [str(cluster)]
-        fams["replmon_cluster_partitions"].add_metric(labels, row["partitions"])
-        fams["replmon_cluster_under_replicated_partitions"].add_metric(labels, row["under_replicated"])
-        fams["replmon_cluster_under_min_isr_partitions"].add_metric(labels, row["under_min_isr"])
-        fams["replmon_cluster_at_min_isr_partitions"].add_metric(labels, row["at_min_isr"])
-        fams["replmon_cluster_offline_partitions"].add_metric(labels, row["offline"])
-        fams["replmon_cluster_hw_stalled_partitions"].add_metric(labels, row["hw_stalled"])
-        fams["replmon_cluster_stale_partitions"].add_metric(labels, row["stale"])
-        fams["replmon_cluster_last_sample_timestamp_seconds"].add_metric(labels, row["last"] / 1000.0)
-    by_topic = flags.groupby(["cluster", "topic"]).agg(
-        partitions=("partition", "size"), under_replicated=("under_replicated", "sum"),
-        under_min_isr=("under_min_isr", "sum"), offline=("offline", "sum"), max_hw_lag=("hw_lag", "max"))
-    for (cluster, topic), row in by_topic.iterrows():
-        labels = [str(cluster), str(topic)]
-        fams["replmon_topic_partitions"].add_metric(labels, row["partitions"])
-        fams["replmon_topic_under_replicated_partitions"].add_metric(labels, row["under_replicated"])
-        fams["replmon_topic_under_min_isr_partitions"].add_metric(labels, row["under_min_isr"])
-        fams["replmon_topic_offline_partitions"].add_metric(labels, row["offline"])
-        fams["replmon_topic_max_hw_lag_messages"].add_metric(labels, 0 if pd.isna(row["max_hw_lag"])
-                                                             else row["max_hw_lag"])
-    for (cluster, broker), counts in _broker_counts(table).items():
-        labels = [cluster, str(broker)]
-        fams["replmon_broker_replicas"].add_metric(labels, counts["replicas"])
-        fams["replmon_broker_leaders"].add_metric(labels, counts["leaders"])
-        fams["replmon_broker_out_of_isr_replicas"].add_metric(labels, counts["out_of_isr"])
-        fams["replmon_broker_max_replica_lag_messages"].add_metric(labels, counts["max_lag"])
-        fams["replmon_broker_max_in_sync_replica_lag_seconds"].add_metric(labels, counts["max_isr_lag_ms"] / 1000)
+    for row in aggregates.clusters.itertuples(index=False):
+        labels = [str(row.cluster)]
+        fams["replmon_cluster_partitions"].add_metric(labels, row.partitions)
+        fams["replmon_cluster_under_replicated_partitions"].add_metric(labels, row.under_replicated)
+        fams["replmon_cluster_under_min_isr_partitions"].add_metric(labels, row.under_min_isr)
+        fams["replmon_cluster_at_min_isr_partitions"].add_metric(labels, row.at_min_isr)
+        fams["replmon_cluster_offline_partitions"].add_metric(labels, row.offline)
+        fams["replmon_cluster_hw_stalled_partitions"].add_metric(labels, row.hw_stalled)
+        fams["replmon_cluster_stale_partitions"].add_metric(labels, row.stale)
+        fams["replmon_cluster_last_sample_timestamp_seconds"].add_metric(labels, row.last_sample_time_ms / 1000.0)
+    for row in aggregates.topics.itertuples(index=False):
+        labels = [str(row.cluster), str(row.topic)]
+        fams["replmon_topic_partitions"].add_metric(labels, row.partitions)
+        fams["replmon_topic_under_replicated_partitions"].add_metric(labels, row.under_replicated)
+        fams["replmon_topic_under_min_isr_partitions"].add_metric(labels, row.under_min_isr)
+        fams["replmon_topic_offline_partitions"].add_metric(labels, row.offline)
+        fams["replmon_topic_max_hw_lag_messages"].add_metric(labels, 0 if pd.isna(row.max_hw_lag)
+                                                             else row.max_hw_lag)
+    for row in aggregates.brokers.itertuples(index=False):
+        labels = [str(row.cluster), str(int(row.broker))]
+        fams["replmon_broker_replicas"].add_metric(labels, row.replicas)
+        fams["replmon_broker_leaders"].add_metric(labels, row.leaders)
+        fams["replmon_broker_out_of_isr_replicas"].add_metric(labels, row.out_of_isr)
+        fams["replmon_broker_max_replica_lag_messages"].add_metric(labels, max(0, int(row.max_lag)))
+        fams["replmon_broker_max_in_sync_replica_lag_seconds"].add_metric(labels,
+                                                                         max(0, int(row.max_isr_lag_ms)) / 1000)
     return list(fams.values())
-
-
-def _flat(cells: Iterable[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The items of a column of lists (lists, tuples or arrays; None: empty) as one array, with the row each
-    came from."""
-    lists = [() if c is None else c for c in cells]
-    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
-    items = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
-    return items, np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
-
-
-def _flat_map(cells: Iterable[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The entries of a column of maps (dicts or lists of pairs; None: empty) as keys, values (a null value: 0) and
-    the row each came from."""
-    maps = [{} if c is None else c if isinstance(c, dict) else dict(c) for c in cells]
-    lengths = np.fromiter(map(len, maps), dtype=np.int64, count=len(maps))
-    count = int(lengths.sum())
-    keys = np.fromiter(itertools.chain.from_iterable(maps), dtype=np.int64, count=count)
-    values = np.array(list(itertools.chain.from_iterable(m.values() for m in maps)), dtype=np.float64)  # None: NaN
-    values = np.nan_to_num(values, nan=0.0).astype(np.int64)
-    return keys, values, np.repeat(np.arange(len(maps), dtype=np.int64), lengths)
-
-
-def _pair_keys(rows: np.ndarray, brokers: np.ndarray) -> np.ndarray:
-    """One int64 per (row, broker id): broker ids are 31-bit, rows far fewer than 2^32."""
-    return (rows << 32) | (brokers & 0xFFFFFFFF)
-
-
-def _lookup(keys: np.ndarray, table_keys: np.ndarray, table_values: np.ndarray) -> np.ndarray:
-    """``table_values`` at ``keys`` (0 where a key is absent)."""
-    if len(table_keys) == 0:
-        return np.zeros(len(keys), dtype=np.int64)
-    order = np.argsort(table_keys, kind="stable")
-    sorted_keys = table_keys[order]
-    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
-    return np.where(sorted_keys[at] == keys, table_values[order][at], 0)
-
-
-def _broker_counts(table: pd.DataFrame) -> dict[tuple[str, int], Counter[str]]:
-    """Per (cluster, broker): replicas, leaders, replicas out of the ISR, the largest replica lag, the largest lag in
-    seconds of an in-sync replica. Over every partition's replicas at each scrape, as arrays: one row per replica
-    (100,000 partitions of 3 replicas: 0.15 s; counted replica by replica in Python, 0.4 s)."""
-    brokers, rows = _flat(table["replicas"])
-    if len(brokers) == 0:
-        return {}
-    keys = _pair_keys(rows, brokers)
-    isr, isr_rows = _flat(table["isr"])
-    isr_keys = _pair_keys(isr_rows, isr)
-    in_isr = _lookup(keys, isr_keys, np.ones(len(isr_keys), dtype=np.int64)) == 1
-    lag_brokers, lags, lag_rows = _flat_map(table["follower_lag"])
-    lag = _lookup(keys, _pair_keys(lag_rows, lag_brokers), lags)
-    time_brokers, time_lags, time_rows = _flat_map(table["follower_time_lag_ms"])
-    time_lag = np.where(in_isr, _lookup(keys, _pair_keys(time_rows, time_brokers), time_lags), 0)
-    leaders = table["leader"].to_numpy()
-    clusters, names = pd.factorize(table["cluster"])
-    replicas = pd.DataFrame({
-        "cluster": clusters[rows], "broker": brokers,
-        "leader": leaders[rows] == brokers, "out_of_isr": ~in_isr, "lag": lag, "time_lag": time_lag})
-    counts = replicas.groupby(["cluster", "broker"], sort=False).agg(
-        replicas=("broker", "size"), leaders=("leader", "sum"), out_of_isr=("out_of_isr", "sum"),
-        max_lag=("lag", "max"), max_isr_lag_ms=("time_lag", "max"))
-    return {(str(names[cluster]), int(broker)): Counter(replicas=int(c.replicas), leaders=int(c.leaders),
-                                                 out_of_isr=int(c.out_of_isr), max_lag=max(0, int(c.max_lag)),
-                                                 max_isr_lag_ms=max(0, int(c.max_isr_lag_ms)))
-            for (cluster, broker), c in zip(counts.index, counts.itertuples(index=False), strict=True)}
 
 
 def partition_families(table: pd.DataFrame) -> list[Metric]:
@@ -255,6 +173,24 @@ class PartitionTable:
             self._keys = self._keys.append(keys[added])
             self._size += joining
 
+    def remove(self, keys: pd.MultiIndex) -> None:
+        """The rows of ``keys`` leave the table (a key not in it is ignored); the rest keep their order."""
+        if not self._size or not len(keys):
+            return
+        position = self._keys.get_indexer(keys)
+        position = position[position >= 0]
+        if not len(position):
+            return
+        keep = np.ones(self._size, np.bool_)
+        keep[position] = False
+        kept = int(keep.sum())
+        for column in self._columns.values():
+            column[:kept] = column[:self._size][keep]
+            if column.dtype.kind == "O":
+                column[kept:self._size] = None
+        self._keys = self._keys[keep]
+        self._size = kept
+
     def _reserve(self, size: int) -> None:
         capacity = len(next(iter(self._columns.values())))
         if size <= capacity:
@@ -273,22 +209,18 @@ class PartitionTable:
             return pd.DataFrame()
         return pd.DataFrame({name: column[:self._size].copy() for name, column in self._columns.items()})
 
-    def clusters(self) -> dict[str, int]:
-        """How many partitions each cluster has."""
-        if not self._columns:
-            return {}
-        names, counts = np.unique(self._columns["cluster"][:self._size].astype(str), return_counts=True)
-        return {str(n): int(c) for n, c in zip(names, counts, strict=True)}
-
 
 class JobExporter(Collector):
-    """The job's metrics registry: partition table, counters, job health; thread-safe against scrapes."""
+    """The job's metrics registry: the state buckets' aggregates and candidate rows (:mod:`streaming.serving`),
+    counters, job health; thread-safe against scrapes."""
 
     def __init__(self, series_budget: int) -> None:
         self.series_budget = series_budget
         self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
         self._table = PartitionTable()
+        self._buckets: dict[int, Partials] = {}
+        self._aggregates = combine([])
         self._counters: dict[str, Counter[tuple[str, ...]]] = {
             s.name: Counter() for s in CATALOG if s.type == "counter"}
         self._job: dict[str, float] = {}
@@ -297,15 +229,36 @@ class JobExporter(Collector):
 
     # ---- updates (driver, foreachBatch / listener) ----
     def update_partitions(self, rows: pd.DataFrame) -> None:
-        """Each partition's newest row (by ``sample_time_ms``; on a tie, the later row) replaces its older one, in
-        place (:class:`PartitionTable`): the cost follows the batch, not the table (copying the table, as the
-        scrape reads it, on each batch took 0.18 s per 20,000-row batch with 300,000 partitions tracked). A scrape
-        copies the table under the lock instead: a scrape a few times a minute, a batch every trigger."""
+        """Candidate rows (:mod:`streaming.serving`): each partition's newest row (by ``sample_time_ms``; on a
+        tie, the later row) replaces its older one, in place (:class:`PartitionTable`): the cost follows the batch,
+        not the table. A scrape copies the table under the lock instead: a scrape a few times a minute, a batch
+        every trigger."""
         if rows.empty:
             return
         new, keys = PartitionTable.newest(rows)  # outside the lock: a scrape waits only for the writes
         with self._lock:
             self._table.update(new, keys)
+
+    def new_run(self) -> None:
+        """A new run of the state query: its buckets tell it their candidates whole (:mod:`streaming.serving`),
+        so the rows of the run before leave (the aggregates stay until each bucket replaces its own)."""
+        with self._lock:
+            self._table = PartitionTable()
+
+    def update_buckets(self, aggregates: dict[int, Partials], left: list[tuple[str, str, int]]) -> None:
+        """Each bucket's newest aggregates replace its older ones; the ``left`` partitions are no longer
+        candidates (their rows leave the table)."""
+        if not aggregates and not left:
+            return
+        with self._lock:
+            buckets = dict(self._buckets)
+        buckets.update(aggregates)
+        combined = combine(buckets.values())  # outside the lock; only this thread writes the buckets
+        gone = pd.MultiIndex.from_tuples(left, names=KEY) if left else None
+        with self._lock:
+            self._buckets, self._aggregates = buckets, combined
+            if gone is not None:
+                self._table.remove(gone)
 
     def count_events(self, events: Iterable[dict[str, Any]]) -> None:
         with self._lock:
@@ -337,11 +290,17 @@ class JobExporter(Collector):
             self._job[name] = value
 
     def partitions_per_cluster(self) -> dict[str, int]:
-        """How many partitions each cluster has in the table."""
+        """How many partitions each cluster has (over every bucket)."""
         with self._lock:
-            return self._table.clusters()
+            clusters = self._aggregates.clusters
+        return {str(c): int(n) for c, n in zip(clusters["cluster"], clusters["partitions"], strict=True)}
+
+    def tracked(self) -> int:
+        """How many partitions the job tracks (over every bucket)."""
+        return sum(self.partitions_per_cluster().values())
 
     def snapshot(self) -> pd.DataFrame:
+        """The candidates' rows (every partition's while they fit the budget)."""
         with self._lock:
             return self._table.frame()
 
@@ -349,18 +308,20 @@ class JobExporter(Collector):
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             table = self._table.frame()
+            aggregates = self._aggregates
             counters = {name: dict(c) for name, c in self._counters.items()}
             job = dict(self._job)
         exported = budgeted(table, self.series_budget) if not table.empty else table
+        tracked = int(aggregates.clusters["partitions"].sum()) if not aggregates.clusters.empty else 0
         yield from partition_families(exported)
-        yield from aggregate_families(table)
+        yield from aggregate_families(aggregates)
         for name, values in counters.items():
             fam = _family(BY_NAME[name])
             for labels, value in values.items():
                 fam.add_metric(list(labels), value)
             yield fam
         job["replmon_job_partition_series"] = float(len(exported))
-        job["replmon_job_partition_series_dropped"] = float(len(table) - len(exported))
+        job["replmon_job_partition_series_dropped"] = float(max(0, tracked - len(exported)))
         for spec in CATALOG:
             if spec.labels == () and spec.type == "gauge" and spec.name in job:
                 fam = GaugeMetricFamily(spec.name, spec.help)

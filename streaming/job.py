@@ -105,11 +105,12 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
     state_handler = StateBatchHandler(config, exporter, stats, gate, spark)
+    processor = ReplicationProcessor(DetectConfig.from_stream_config(stream), stream.series_budget)
+    exporter.new_run()
     processed = (processor_input(parsed, layout.bucket_ids)
                  .groupBy("bucket")
-                 .transformWithStateInPandas(statefulProcessor=ReplicationProcessor(DetectConfig.from_stream_config(
-                     stream)), outputStructType=OUTPUT_SCHEMA, outputMode="Append", timeMode="ProcessingTime",
-                     initialState=seed))
+                 .transformWithStateInPandas(statefulProcessor=processor, outputStructType=OUTPUT_SCHEMA,
+                                             outputMode="Append", timeMode="ProcessingTime", initialState=seed))
     trigger = f"{stream.trigger_interval_s} seconds"
     query_checkpoint = locations.spark_uri(locations.join(stream.checkpoint_dir, layout.query))
     state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)

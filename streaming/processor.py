@@ -14,8 +14,10 @@ A processing-time timer per bucket fires every ``stale_after`` / 2 to find parti
 
 from __future__ import annotations
 
+import json
 import types
 import typing
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeVar
@@ -57,6 +59,7 @@ from streaming.detect import (
     step_partition_change,
     step_replica,
 )
+from streaming.serving import partials, ranked
 from streaming.state import (
     BrokerRegistry,
     BucketValue,
@@ -74,6 +77,7 @@ or a plain dict (the reference the tests compare it with)."""
 KIND_EVENT = "event"
 KIND_PARTITION = "partition"
 KIND_QUARANTINE = "quarantine"
+KIND_BUCKET = "bucket"
 STATE_SCHEMA = StructType([StructField("partitions", BinaryType(), True)])
 
 ROW_HEAD = StructType([
@@ -112,8 +116,9 @@ def _spark_type(annotation: Any) -> DataType:
 
 ROW_TAIL = StructType([
     StructField("history", BooleanType(), True),  # a partition row that goes into the history (history_due)
+    StructField("served", BooleanType(), True),  # a partition row the driver takes (streaming.serving)
 ])
-"""After the metrics: whether a partition row is a history snapshot."""
+"""After the metrics: whether a partition row is a history snapshot, and whether it goes to the driver."""
 
 OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     StructField(name, _spark_type(annotation), True)
@@ -121,7 +126,7 @@ OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     + list(ROW_TAIL.fields))
 """The processor's output rows: :data:`ROW_HEAD`, the fields of :class:`~streaming.detect.PartitionMetrics`, then
 :data:`ROW_TAIL`."""
-NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history")
+NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history", "served")
 """The output columns that are not a partition's metrics (the exporter's table and the history leave them out)."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 
@@ -353,6 +358,51 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
+def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str) -> pd.DataFrame:
+    """What of a bucket call's output (:func:`_frame` rows) leaves the processor (:mod:`streaming.serving`): the
+    quarantined records and events; the partition rows that are history snapshots or the bucket's candidates
+    (``served``), with the rows of the partitions that became candidates without a sample (all of them for a run
+    the bucket has not told yet); and one :data:`KIND_BUCKET` row whose payload holds the bucket's aggregates,
+    the partitions no longer candidates, how many history rows the call gave, and the message's sequence (in
+    ``payload`` of the partition rows too: the driver takes the newest word of a bucket on each partition).
+    Records every partition row's metrics in ``table.served``."""
+    served = table.served
+    is_partition = frame["kind"].to_numpy() == KIND_PARTITION
+    metrics = frame[is_partition]
+    rows = served.record(metrics)
+    columns = served.columns
+    before = columns["served"].copy()
+    told = served.run == run
+    top = ranked(served, budget)
+    sampled = np.zeros(len(served), np.bool_)
+    sampled[rows] = True
+    entering = np.flatnonzero(top & ~sampled & (~before | (not told)))
+    left = served.keys(np.flatnonzero(before & ~top)) if told else []
+    columns["served"], served.run = top, run
+    served.sent += 1
+    seq = str(served.sent)
+    history = metrics["history"].eq(True).to_numpy()
+    at = np.flatnonzero(is_partition)
+    keep = ~is_partition
+    keep[at[history | top[rows]]] = True
+    flag = np.zeros(len(frame), np.bool_)
+    flag[at] = top[rows]
+    out = frame.iloc[np.flatnonzero(keep)].copy()
+    kept = is_partition[keep]
+    out["served"] = np.where(kept, flag[keep], None)
+    out.loc[kept, "payload"] = seq
+    extra: list[dict[str, Any]] = []
+    for key in served.keys(entering):
+        state = table.peek(key)
+        if isinstance(state, PartitionState):
+            row = partition_row(metrics_of(state), history=False)
+            row.update(served=True, payload=seq)
+            extra.append(row)
+    message = {"seq": served.sent, "left": left, "history": int(history.sum()), **partials(served).to_dict()}
+    extra.append({"kind": KIND_BUCKET, "partition": bucket, "payload": json.dumps(message)})
+    return pd.concat([out, _frame(extra)], ignore_index=True) if len(out) else _frame(extra)
+
+
 Step = Callable[[str, int], None]
 
 
@@ -389,8 +439,12 @@ class ReplicationProcessor(StatefulProcessor):
     micro-batch that changed them). Listing a bucket's timers in every micro-batch to make sure cost a round
     trip to the JVM of 2-4 ms per bucket; registering the same one again logs a warning in Spark."""
 
-    def __init__(self, cfg: DetectConfig) -> None:
+    def __init__(self, cfg: DetectConfig, series_budget: int = 5000, run: str | None = None) -> None:
         self.cfg = cfg
+        self.series_budget = series_budget
+        self.run = run if run is not None else uuid.uuid4().hex
+        """This processor's run: made on the driver, the same on every executor; a driver that starts again makes a
+        new one, and each bucket then tells it its candidates whole (:func:`serve`)."""
         self.timer_period_ms = max(1000, cfg.stale_after_ms // 2)
 
     def init(self, handle: StatefulProcessorHandle) -> None:
@@ -399,10 +453,10 @@ class ReplicationProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        yield self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs())
+        yield self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]))
 
-    def process_rows(self, rows: Iterator[pd.DataFrame], now_ms: int, step: Step = lambda _name, _count: None
-                     ) -> pd.DataFrame:
+    def process_rows(self, rows: Iterator[pd.DataFrame], now_ms: int, bucket: int = 0,
+                     step: Step = lambda _name, _count: None) -> pd.DataFrame:
         """One bucket's samples of a micro-batch through its table; ``step(name, count)`` is called after each
         step (input: samples, load: partitions, process: outputs, save: partitions, frame: rows), for the
         benchmark's timings."""
@@ -415,15 +469,16 @@ class ReplicationProcessor(StatefulProcessor):
             step("load", len(table))
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
-            self.table.save(table)
-            if stored is None:  # a new bucket starts its chain of timers: each one registers the next
-                self.handle.registerTimer(now_ms + self.timer_period_ms)
-            step("save", len(table))
             frame = _frame(out.rows)
             if out.steady is not None:
                 frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True) if len(frame) else \
                     steady_frame(out.steady)
+            frame = serve(table, frame, bucket, self.series_budget, self.run)
             step("frame", len(frame))
+            self.table.save(table)
+            if stored is None:  # a new bucket starts its chain of timers: each one registers the next
+                self.handle.registerTimer(now_ms + self.timer_period_ms)
+            step("save", len(table))
         return frame
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
@@ -440,10 +495,11 @@ class ReplicationProcessor(StatefulProcessor):
         with gc_paused():
             stored = self.table.load()
             table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
-            if out:
+            frame = _frame(out)
+            if out or (stored is not None and stored.served.run != self.run):
+                frame = serve(table, frame, int(key[0]), self.series_budget, self.run)
                 self.table.save(table)
             self.handle.registerTimer(now_ms + self.timer_period_ms)  # the chain goes on, samples or not
-            frame = _frame(out)
         yield frame
 
     def close(self) -> None:

@@ -172,12 +172,12 @@ class HistoryWriter:
     offsets, else once a minute; :func:`streaming.processor.history_due`), so the choice is the same wherever and
     however often a micro-batch runs.
 
-    A local directory is written by Arrow from the driver's rows, its files named after the micro-batch (a replayed
-    batch overwrites its own). Any other location (HDFS, an object store) is written by Spark's Parquet writer,
-    which reaches it with the cluster's Hadoop configuration: the partition snapshots straight from the
-    micro-batch's output on the executors (they never pass through the driver), the events (few, decided on the
-    driver) from the driver's rows. A replayed batch appends its files again there; readers de-duplicate (events by
-    id, :func:`read_events`; snapshots by partition and sample time)."""
+    The partition snapshots are written by Spark's Parquet writer straight from the micro-batch's output on the
+    executors (they never pass through the driver), wherever the history is; a replayed batch appends its files
+    again, and readers de-duplicate them by partition and sample time. The events (few, decided on the driver) are
+    written from the driver's rows: into a local directory by Arrow, in files named after the micro-batch (a
+    replayed batch overwrites its own); anywhere else (HDFS, an object store) by Spark's writer, which reaches it
+    with the cluster's Hadoop configuration (readers de-duplicate them by id, :func:`read_events`)."""
 
     def __init__(self, location: str | Path, spark: SparkSession | None = None) -> None:
         from replmon.contracts.events import Event
@@ -187,7 +187,7 @@ class HistoryWriter:
         self.location = locations.normalize(location)
         self.spark = spark
         self.distributed = not locations.is_local(self.location)
-        """Written by Spark's writer (the executors); else by Arrow on the driver."""
+        """Events written by Spark's writer; else by Arrow on the driver."""
         if self.distributed and spark is None:
             raise ValueError(f"writing the history to {self.location} takes a Spark session")
         self.event_schema = _arrow_schema(spark_schema(Event))
@@ -213,28 +213,9 @@ class HistoryWriter:
             table = pa.Table.from_pylist(events, schema=self.event_schema)
             self._write(table, "events", batch_id, [e["event_time_ms"] for e in events])
 
-    def write_partitions(self, rows: pd.DataFrame, batch_id: int, batch: DataFrame | None = None) -> None:
-        """The snapshots among a micro-batch's partition rows: from ``rows`` (the driver's) into a local history,
-        from ``batch`` (the micro-batch's output, on the executors) into any other, when ``rows`` holds one."""
-        marked = rows["history"].eq(True).to_numpy() if not rows.empty else None
-        if self.distributed:
-            if batch is None:
-                raise ValueError(f"writing the history to {self.location} takes the micro-batch's DataFrame")
-            if marked is not None and marked.any():  # the driver's rows tell whether a Spark job has work
-                self._write_distributed(batch)
-            return
-        if marked is None:
-            return
-        chosen = rows[marked]
-        if chosen.empty:
-            return
-        columns = chosen[self.partition_schema.names].copy()
-        columns["follower_lag"] = [lag if isinstance(lag, dict) else {} for lag in columns["follower_lag"]]
-        # straight from the frame (not via records: 3x slower): Arrow takes a float column's NaN as null
-        table = pa.Table.from_pandas(columns, schema=self.partition_schema, preserve_index=False)
-        self._write(table, "partitions", batch_id, [int(t) for t in chosen["sample_time_ms"]])
-
-    def _write_distributed(self, batch: DataFrame) -> None:
+    def write_partitions(self, batch: DataFrame) -> None:
+        """The snapshots among a micro-batch's output (``batch``, on the executors), by Spark's Parquet writer,
+        wherever the history is: they never pass through the driver."""
         from pyspark.sql import functions as F
 
         from streaming.processor import KIND_PARTITION
@@ -244,7 +225,8 @@ class HistoryWriter:
                           F.floor(F.col("sample_time_ms") / DAY_MS).cast("int")).cast("string")
         chosen = batch.filter((F.col("kind") == KIND_PARTITION) & F.col("history"))
         (chosen.select(*self.partition_schema.names, date.alias("date"))
-         .write.mode("append").partitionBy("cluster", "date").parquet(locations.join(self.location, "partitions")))
+         .write.mode("append").partitionBy("cluster", "date")
+         .parquet(locations.spark_uri(locations.join(self.location, "partitions"))))
 
 
 def read_events(location: str | Path, spark: SparkSession | None = None) -> pd.DataFrame:

@@ -18,6 +18,7 @@ import pyarrow as pa
 
 from replmon.core.errors import ReplmonError
 from streaming.detect import LEO_HISTORY_LENGTH
+from streaming.serving import SERVED_COLUMNS, ServedColumns
 from streaming.state import BucketValue, PartitionKey, PartitionState, dump_state, load_state
 from streaming.steady import COLUMNS, SteadyColumns, steady_form
 
@@ -98,13 +99,16 @@ class PackedTable(_Table):
 class ColumnarTable(_Table):
     """A bucket's partitions: the steady ones as columns, the others (and a cluster's brokers) packed. A state read
     from the columns leaves them (its row dead) and lives in the packed table until :meth:`fold` puts it back,
-    if it is then steady. ``copy()`` copies the columns (the steady step changes them in place)."""
+    if it is then steady. ``copy()`` copies the columns (the steady step changes them in place). ``served``: the
+    partitions' newest metrics as the driver's series need them (:mod:`streaming.serving`)."""
 
-    __slots__ = ("side", "steady")
+    __slots__ = ("served", "side", "steady")
 
-    def __init__(self, side: PackedTable | None = None, steady: SteadyColumns | None = None) -> None:
+    def __init__(self, side: PackedTable | None = None, steady: SteadyColumns | None = None,
+                 served: ServedColumns | None = None) -> None:
         self.side = side if side is not None else PackedTable()
         self.steady = steady if steady is not None else SteadyColumns.empty()
+        self.served = served if served is not None else ServedColumns.empty()
 
     def get(self, key: PartitionKey, default: Any = None) -> Any:
         state = self.side.get(key)
@@ -131,7 +135,15 @@ class ColumnarTable(_Table):
         return len(self.side) + len(self.steady)
 
     def copy(self) -> ColumnarTable:
-        return ColumnarTable(self.side.copy(), self.steady.copy())
+        return ColumnarTable(self.side.copy(), self.steady.copy(), self.served.copy())
+
+    def peek(self, key: PartitionKey) -> BucketValue | None:
+        """The partition's state, where it is kept (a steady one stays in the columns)."""
+        state = self.side.get(key)
+        if state is None:
+            row = self.steady.index.get(key)
+            return None if row is None else self.steady.state(row)
+        return state
 
     def unpickled(self) -> int:
         return self.side.unpickled()
@@ -155,12 +167,15 @@ class ColumnarTable(_Table):
 
 STATE_MAGIC = b"RPL"
 """The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
-STATE_VERSION = 2
-"""The format :func:`pack` writes: the packed states (a map of pickled states) and the steady columns (the names
+STATE_VERSION = 3
+"""The format :func:`pack` writes: the packed states (a map of pickled states), the steady columns (the names
 they refer to, the pickled metas, the arrays at their narrowest integer type one after the other in the order of
-:data:`streaming.steady.COLUMNS`), pickled together and
-LZ4-compressed (the size in 8 bytes, then Arrow's LZ4 frame). Version 1: the map of pickled states alone, the
-same way; it loads with no steady columns (a partition joins them when its next sample reaches it)."""
+:data:`streaming.steady.COLUMNS`) and the served columns (their names, the arrays the same way in the order of
+:data:`streaming.serving.SERVED_COLUMNS`, the run they were last sent to and how many times), pickled together
+and LZ4-compressed (the size in 8 bytes, then Arrow's LZ4 frame). Version 2: the same without the served
+columns; it loads with none (a partition joins them with its next metrics; the bucket tells the driver its
+candidates whole then, as to a new run). Version 1: the map of pickled states alone, the same way; it loads with
+no steady columns either (a partition joins them when its next sample reaches it)."""
 LEGACY_LZ4 = b"LZ4\x00"
 """The first bytes of a bucket value written before the format had a version: the same layout as version 1."""
 _SIZE = 8
@@ -191,7 +206,12 @@ def pack(table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -
     packed, columns = table.fold()
     arrays = [_narrow(columns.columns[name]) for name in COLUMNS]
     layout = (len(columns.metas), columns.columns["brokers"].shape[1], "".join(a.dtype.char for a in arrays))
-    raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays)),
+    served = table.served
+    served_arrays = [_narrow(served.columns[name]) for name in SERVED_COLUMNS]
+    served_layout = (len(served), served.columns["replica"].shape[1], "".join(a.dtype.char for a in served_arrays))
+    raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays),
+                        served.names, served_layout, b"".join(a.tobytes() for a in served_arrays), served.run,
+                        served.sent),
                        protocol=pickle.HIGHEST_PROTOCOL)
     return (STATE_MAGIC + bytes([STATE_VERSION]) + len(raw).to_bytes(_SIZE, "big")
             + pa.compress(raw, codec="lz4", asbytes=True))
@@ -206,15 +226,20 @@ def unpack(value: bytes | None) -> ColumnarTable:
         return ColumnarTable()
     if value.startswith(STATE_MAGIC):
         version = value[len(STATE_MAGIC)]
-        if version not in (1, STATE_VERSION):
+        if version not in (1, 2, STATE_VERSION):
             raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
                                     f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
                                     "checkpoint, or a newer one")
         raw = _decompress(value[len(STATE_MAGIC) + 1:])
-        if version == STATE_VERSION:
-            packed, names, metas, layout, data = pickle.loads(raw)
-            return ColumnarTable(PackedTable(packed), SteadyColumns(names, metas, _columns(layout, data),
-                                                                    np.ones(len(metas), np.bool_)))
+        if version >= 2:
+            packed, names, metas, layout, data, *rest = pickle.loads(raw)
+            served = None
+            if rest:
+                served_names, served_layout, served_data, run, sent = rest
+                served = ServedColumns(served_names, _columns(served_layout, served_data, SERVED_COLUMNS,
+                                                              _served_widths(served_layout[1])), run, sent)
+            return ColumnarTable(PackedTable(packed), SteadyColumns(names, metas, _columns(
+                layout, data, COLUMNS, _steady_widths(layout[1])), np.ones(len(metas), np.bool_)), served)
         value = raw
     elif value.startswith(LEGACY_LZ4):
         value = _decompress(value[len(LEGACY_LZ4):])
@@ -224,14 +249,23 @@ def unpack(value: bytes | None) -> ColumnarTable:
     return ColumnarTable(PackedTable(live=table))  # whole states, not their pickles
 
 
-def _columns(layout: tuple[int, int, str], data: bytes) -> dict[str, np.ndarray]:
-    """The arrays :func:`pack` wrote one after the other (``layout``: rows, broker slots, each one's dtype)."""
-    rows, slots, dtypes = layout
-    widths = {"brokers": slots, "log_end_offsets": slots, "history_time_ms": LEO_HISTORY_LENGTH,
-              "history_log_end_offset": LEO_HISTORY_LENGTH}
+def _steady_widths(slots: int) -> dict[str, int]:
+    return {"brokers": slots, "log_end_offsets": slots, "history_time_ms": LEO_HISTORY_LENGTH,
+            "history_log_end_offset": LEO_HISTORY_LENGTH}
+
+
+def _served_widths(slots: int) -> dict[str, int]:
+    return {"replica": slots, "in_isr": slots, "lag": slots, "isr_time_lag_ms": slots}
+
+
+def _columns(layout: tuple[int, int, str], data: bytes, names: tuple[str, ...], widths: dict[str, int]
+             ) -> dict[str, np.ndarray]:
+    """The arrays :func:`pack` wrote one after the other (``layout``: rows, broker slots, each one's dtype), named
+    ``names``; ``widths``: the matrices' columns."""
+    rows, _slots, dtypes = layout
     columns: dict[str, np.ndarray] = {}
     at = 0
-    for name, char in zip(COLUMNS, dtypes, strict=True):
+    for name, char in zip(names, dtypes, strict=True):
         dtype = np.dtype(char)
         count = rows * widths.get(name, 1)
         column = np.frombuffer(data, dtype, count, at)

@@ -55,13 +55,10 @@ def test_the_history_on_hdfs_is_written_by_spark_and_read_back_once_per_event(
     # the partition snapshots: from the micro-batch's output as Spark holds it (not from the driver's rows), the
     # rows the processor marked only
     rows = metrics_rows(4, unhealthy={1}).assign(history=[True, True, False, True], sample_time_ms=1_700_000_000_000)
-    output = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None)[OUTPUT_COLUMNS]
+    output = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None,
+                         served=False)[OUTPUT_COLUMNS]
     batch = spark.createDataFrame(output, schema=OUTPUT_SCHEMA)
-    with pytest.raises(ValueError, match="takes the micro-batch's DataFrame"):
-        writer.write_partitions(rows, batch_id=1)
-    writer.write_partitions(rows.assign(history=False), batch_id=1, batch=batch)  # no snapshot: no Spark job
-    assert not HadoopDirectory(spark, location).exists("partitions")
-    writer.write_partitions(rows, batch_id=1, batch=batch)
+    writer.write_partitions(batch)
     partitions = spark.read.parquet(f"{location}/partitions").orderBy("partition").collect()
     marked = rows[rows["history"]]
     assert [(r["cluster"], str(r["date"]), r["partition"], r["isr_size"]) for r in partitions] == [

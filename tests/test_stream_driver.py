@@ -15,7 +15,7 @@ import pandas as pd
 from replmon.contracts.metrics import CATALOG
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.detect import DetectConfig
-from streaming.exporter import JobExporter, _broker_counts, scrape
+from streaming.exporter import JobExporter, scrape
 from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
@@ -24,6 +24,7 @@ from streaming.processor import (
     expire_bucket,
     process_bucket,
 )
+from streaming.serving import partials, served_of
 from streaming.sinks import HistoryWriter, RecentIds, read_events
 from streaming.table import STATE_MAGIC, STATE_VERSION, ColumnarTable, PackedTable, pack, unpack
 
@@ -153,10 +154,16 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def feed(exporter: JobExporter, rows: pd.DataFrame, bucket: int = 0) -> None:
+    """``rows`` as one bucket holding those partitions tells them to the driver (aggregates and candidates)."""
+    exporter.update_buckets({bucket: partials(served_of(rows))}, [])
+    exporter.update_partitions(rows)
+
+
 def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     exporter = JobExporter(series_budget=3)
     port = exporter.serve("127.0.0.1", 0)
-    exporter.update_partitions(metrics_rows(10, unhealthy={4, 8}))
+    feed(exporter, metrics_rows(10, unhealthy={4, 8}))
     exporter.count_events([
         {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": 42},  # no lineage known
         {"cluster": "c", "topic": "t", "type": "HW_REGRESSION", "committed_lost": None},  # counted by DATA_LOSS
@@ -197,10 +204,12 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     assert m["replmon_epoch_divergences_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_unclean_leader_elections_total"] == [({"cluster": "c", "topic": "t"}, 1.0)]
     assert m["replmon_job_partition_series_dropped"] == [({}, 7.0)]
-    # a newer row of a partition replaces the older one
-    newer = metrics_rows(1, unhealthy=set()).assign(partition=4, sample_time_ms=6_000)
-    exporter.update_partitions(newer)
-    assert scrape(port, timeout_s=10)["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
+    # a newer row of a partition replaces the older one; the bucket's newer aggregates replace its older ones
+    newer = metrics_rows(10, unhealthy={8}).assign(sample_time_ms=6_000)
+    feed(exporter, newer)
+    after = scrape(port, timeout_s=10)
+    assert after["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
+    assert {labels["partition"] for labels, _ in after["replmon_partition_isr_size"]} == {"0", "1", "8"}
 
 
 def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch() -> None:
@@ -259,7 +268,7 @@ def test_broker_aggregates_over_arrays_are_the_plain_count_of_every_replica() ->
 
     for _ in range(20):
         rows = []
-        for p in range(rng.randint(1, 60)):
+        for p in range(rng.randint(1, 60)):  # the other metrics as metrics_rows has them
             replicas = rng.sample(range(1, 7), rng.randint(1, 4))
             isr = [b for b in replicas if rng.random() < 0.7]
             lags = {b: (None if rng.random() < 0.1 else rng.randrange(500)) for b in replicas if rng.random() < 0.8}
@@ -272,12 +281,17 @@ def test_broker_aggregates_over_arrays_are_the_plain_count_of_every_replica() ->
                 "follower_lag": None if rng.random() < 0.05 else lags if rng.random() < 0.5 else list(lags.items()),
                 "follower_time_lag_ms": time_lags if rng.random() < 0.5 else list(time_lags.items())})
         table = pd.DataFrame(rows)
-        assert {k: dict(v) for k, v in _broker_counts(table).items()} == plain(table)
+        others = metrics_rows(len(table), set()).drop(columns=list(table.columns), errors="ignore")
+        brokers = partials(served_of(pd.concat([table, others], axis=1))).brokers
+        got = {(c, int(b)): {"replicas": r, "leaders": ld, "out_of_isr": o, "max_lag": max(0, ml),
+                             "max_isr_lag_ms": max(0, mi)}
+               for c, b, r, ld, o, ml, mi in brokers.itertuples(index=False)}
+        assert got == plain(table)
 
 
 def test_everything_exported_is_in_the_catalogue() -> None:
     exporter = JobExporter(series_budget=100)
-    exporter.update_partitions(metrics_rows(2, unhealthy={1}))
+    feed(exporter, metrics_rows(2, unhealthy={1}))
     exporter.count_events([{"cluster": "c", "topic": "t", "type": "EPOCH_DIVERGENCE", "severity": "critical"}])
     exporter.count("replmon_quarantined_samples_total", ("malformed_json",))
     exporter.set_job("replmon_job_batch_duration_seconds", 1.5)
@@ -308,26 +322,6 @@ def test_history_is_idempotent_per_batch(tmp_path: Path) -> None:
     assert len(files) == 2 and all("cluster=c" in str(f) and "date=2023-11-14" in str(f) for f in files)
 
 
-def test_history_files_share_one_schema_whatever_is_null(tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    writer = HistoryWriter(tmp_path)
-    first = metrics_rows(2, unhealthy={1}).assign(min_insync_replicas=None, hw_lag=None)
-    second = metrics_rows(2, unhealthy=set()).assign(sample_time_ms=200_000)
-    writer.write_partitions(first, batch_id=1)
-    writer.write_partitions(second, batch_id=2)
-    writer.write_events([{"event_id": "a", "type": "STALE", "severity": "warning", "cluster": "c",
-                          "event_time_ms": 5, "detected_time_ms": 6, "message": "m"}], batch_id=1)
-    writer.write_events([{"event_id": "b", "type": "ISR_SHRINK", "severity": "warning", "cluster": "c",
-                          "topic": "t", "partition": 0, "event_time_ms": 7, "detected_time_ms": 8, "brokers": [3],
-                          "lag": 12, "message": "m"}], batch_id=2)
-    partitions = pq.read_table(str(tmp_path / "partitions")).to_pandas()
-    assert len(partitions) == 4
-    assert partitions["min_insync_replicas"].isna().sum() == 2
-    events = read_events(tmp_path)
-    assert list(events["event_id"]) == ["a", "b"] and list(events["brokers"][1]) == [3]
-
-
 def test_the_processor_marks_a_history_snapshot_on_a_change_or_once_a_minute() -> None:
     """A partition row is a snapshot on the partition's first sample, on a change of more than its offsets, and
     on its first sample of each minute (sample time); the timer's stale rows are snapshots too."""
@@ -348,26 +342,3 @@ def test_the_processor_marks_a_history_snapshot_on_a_change_or_once_a_minute() -
     assert fourth == {0: True, 1: True}
     _, stale_rows = expire_bucket(table, CFG, now_ms=2_000_000 + 11_000)
     assert [r["history"] for r in stale_rows if r["kind"] == KIND_PARTITION] == [True, True]
-
-
-def test_history_holds_the_marked_snapshots_with_their_values(tmp_path: Path) -> None:
-    import pyarrow.parquet as pq
-
-    writer = HistoryWriter(tmp_path)
-    rows = metrics_rows(3, unhealthy={1}).astype({"hw_lag": "float64", "follower_lag": object})
-    rows.loc[0, "hw_lag"] = float("nan")  # a null as the driver's collect gives it
-    rows.at[2, "follower_lag"] = None
-    writer.write_partitions(rows, batch_id=1)
-    later = rows.assign(sample_time_ms=6_000, high_watermark=15, history=[False, True, False])
-    later.loc[1, ["isr_size", "health"]] = [1, 1]
-    writer.write_partitions(later, batch_id=2)
-    writer.write_partitions(later.assign(history=False), batch_id=3)
-    written = pq.read_table(str(tmp_path / "partitions")).sort_by([("sample_time_ms", "ascending"),
-                                                                   ("partition", "ascending")]).to_pylist()
-    assert [(r["partition"], r["sample_time_ms"]) for r in written] == [(0, 5_000), (1, 5_000), (2, 5_000),
-                                                                        (1, 6_000)]
-    assert "history" not in written[0] and "kind" not in written[0]
-    first = written[:3]
-    assert first[0]["hw_lag"] is None and first[1]["hw_lag"] == 0
-    assert dict(first[1]["follower_lag"]) == {2: 0, 3: 7} and first[2]["follower_lag"] == []
-    assert first[1]["isr"] == [1, 2] and written[3]["isr_size"] == 1 and written[3]["high_watermark"] == 15

@@ -1,0 +1,323 @@
+"""What a state bucket tells the driver, so that the driver's work and memory follow what it serves, not the
+partitions tracked.
+
+The driver serves per-partition series for at most ``series_budget`` partitions (unhealthy first, then the most
+lagging) and aggregates per cluster, topic and broker over every partition. Each bucket keeps the newest metrics
+of its partitions in the few numbers those two need (:class:`ServedColumns`: flags, lags, and each replica's broker,
+ISR membership, lag and time lag), and with every micro-batch that reaches it sends:
+
+* its **aggregates** (:func:`partials`): counts and maxima over its own partitions, a row per cluster, topic and
+  (cluster, broker); the driver keeps each bucket's newest ones and combines them (:func:`combine`: sums and
+  maxima), which equals the aggregates over every partition at once;
+* the metrics rows of its **candidates** (:func:`ranked`): its own ``series_budget`` first partitions in the
+  budget's order, a total order (health, lag, then the partition's name), so that the first ``series_budget`` of
+  all buckets' candidates are exactly the first ``series_budget`` of all partitions. A candidate's row is sent
+  when its metrics changed (it was sampled) or it became a candidate; the keys that stopped being candidates are
+  sent for the driver to drop. A bucket remembers the run of the processor it last told (a driver that starts
+  again has none of its rows) and tells a new run its candidates whole.
+
+The driver holds at most ``state_buckets x series_budget`` rows, and each micro-batch brings it a row per bucket,
+the candidates that moved and the events, whatever the number of partitions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pandas as pd
+
+from streaming.state import PartitionKey
+
+Ints = npt.NDArray[np.int64]
+
+NULL = np.iinfo(np.int64).min
+"""An unknown lag in an integer column."""
+_INT_COLUMNS = ("cluster_code", "topic_code", "partition", "sample_time_ms", "leader", "health", "hw_lag",
+                "max_follower_lag")
+FLAGS = ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale")
+_BOOL_COLUMNS = (*FLAGS, "served")
+_MATRIX_COLUMNS = ("replica", "in_isr", "lag", "isr_time_lag_ms")
+SERVED_COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
+"""Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
+
+RANK = ["health", "_lag", "cluster", "topic", "partition"]
+RANK_ASCENDING = [True, False, True, True, True]
+"""The budget's order: least healthy first, then the most lagging (HW lag + largest follower lag), then by name (a
+total order: the same partitions come first whichever buckets they are in)."""
+
+
+def rank_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (metrics rows) in the budget's order (:data:`RANK`)."""
+    lag = pd.to_numeric(frame["hw_lag"]).fillna(0) + pd.to_numeric(frame["max_follower_lag"]).fillna(0)
+    return frame.assign(_lag=lag).sort_values(RANK, ascending=RANK_ASCENDING, kind="stable").drop(columns="_lag")
+
+
+def budgeted(frame: pd.DataFrame, budget: int) -> pd.DataFrame:
+    """The partitions that get their own series: the first ``budget`` in the budget's order."""
+    if len(frame) <= budget:
+        return frame
+    return rank_frame(frame).head(budget)
+
+
+# ---- lists and maps of a metrics frame, as arrays ----
+
+def flat(cells: Iterable[Any]) -> tuple[Ints, Ints]:
+    """The items of a column of lists (lists, tuples or arrays; None: empty) as one array, with the row each
+    came from."""
+    lists = [() if c is None else c for c in cells]
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    items = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lengths.sum()))
+    return items, np.repeat(np.arange(len(lists), dtype=np.int64), lengths)
+
+
+def flat_map(cells: Iterable[Any]) -> tuple[Ints, Ints, Ints]:
+    """The entries of a column of maps (dicts or lists of pairs; None: empty) as keys, values (a null value: 0) and
+    the row each came from."""
+    maps = [{} if c is None else c if isinstance(c, dict) else dict(c) for c in cells]
+    lengths = np.fromiter(map(len, maps), dtype=np.int64, count=len(maps))
+    count = int(lengths.sum())
+    keys = np.fromiter(itertools.chain.from_iterable(maps), dtype=np.int64, count=count)
+    values = np.array(list(itertools.chain.from_iterable(m.values() for m in maps)), dtype=np.float64)  # None: NaN
+    ints: Ints = np.nan_to_num(values, nan=0.0).astype(np.int64)
+    return keys, ints, np.repeat(np.arange(len(maps), dtype=np.int64), lengths)
+
+
+def _pair_keys(rows: Ints, brokers: Ints) -> Ints:
+    """One int64 per (row, broker id): broker ids are 31-bit, rows far fewer than 2^32."""
+    return (rows << 32) | (brokers & 0xFFFFFFFF)
+
+
+def _lookup(keys: Ints, table_keys: Ints, table_values: Ints) -> Ints:
+    """``table_values`` at ``keys`` (0 where a key is absent)."""
+    if len(table_keys) == 0:
+        return np.zeros(len(keys), dtype=np.int64)
+    order = np.argsort(table_keys, kind="stable")
+    sorted_keys = table_keys[order]
+    at = np.minimum(np.searchsorted(sorted_keys, keys), len(sorted_keys) - 1)
+    return np.where(sorted_keys[at] == keys, table_values[order][at], 0)
+
+
+def _nullable(values: pd.Series) -> Ints:
+    """A column of integers or None/NaN as int64, unknown as :data:`NULL`."""
+    numbers = pd.to_numeric(values)
+    return np.where(numbers.isna(), NULL, numbers.fillna(0)).astype(np.int64)
+
+
+@dataclass
+class ServedColumns:
+    """A bucket's partitions as the driver's series need them: a row each, in the order they first came; the
+    matrices have a slot per replica (``replica`` -1 where a partition has fewer). ``run`` is the processor run
+    that holds this bucket's candidates (:mod:`streaming.serving`)."""
+
+    names: list[str]
+    columns: dict[str, np.ndarray]
+    run: str = ""
+    sent: int = 0
+    """How many times the bucket told the driver (its messages' sequence: the newest wins)."""
+
+    @classmethod
+    def empty(cls) -> ServedColumns:
+        columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _INT_COLUMNS}
+        columns.update({name: np.zeros(0, np.bool_) for name in _BOOL_COLUMNS})
+        columns.update({name: np.zeros((0, 1), np.int64) for name in _MATRIX_COLUMNS})
+        columns["in_isr"] = np.zeros((0, 1), np.bool_)
+        return cls([], columns)
+
+    def __post_init__(self) -> None:
+        self._codes = {name: code for code, name in enumerate(self.names)}
+        c = self.columns
+        names = self.names
+        self.index: dict[PartitionKey, int] = {
+            (names[cluster], names[topic], partition): row for row, (cluster, topic, partition) in enumerate(zip(
+                c["cluster_code"].tolist(), c["topic_code"].tolist(), c["partition"].tolist(), strict=True))}
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def copy(self) -> ServedColumns:
+        return ServedColumns(list(self.names), {name: column.copy() for name, column in self.columns.items()},
+                             self.run, self.sent)
+
+    def _code(self, name: str) -> int:
+        code = self._codes.get(name)
+        if code is None:
+            code = self._codes[name] = len(self.names)
+            self.names.append(name)
+        return code
+
+    def keys(self, rows: Sequence[int] | Ints) -> list[PartitionKey]:
+        c = self.columns
+        names = self.names
+        at = np.asarray(rows, np.int64)
+        return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
+            c["cluster_code"][at].tolist(), c["topic_code"][at].tolist(), c["partition"][at].tolist(), strict=True)]
+
+    def record(self, metrics: pd.DataFrame) -> Ints:
+        """Each row of ``metrics`` (metrics rows, a partition once) in its partition's row; returns the rows."""
+        n = len(metrics)
+        if not n:
+            return np.zeros(0, np.int64)
+        keys = list(zip(metrics["cluster"].tolist(), metrics["topic"].tolist(),
+                        [int(p) for p in metrics["partition"].tolist()], strict=True))
+        rows = np.array([self.index.get(key, -1) for key in keys], np.int64)
+        added = np.flatnonzero(rows < 0)
+        if len(added):
+            self._grow(len(added))
+            first = len(self.index)
+            for k, i in enumerate(added.tolist()):
+                self.index[keys[i]] = rows[i] = first + k
+            self.columns["cluster_code"][rows[added]] = [self._code(keys[i][0]) for i in added.tolist()]
+            self.columns["topic_code"][rows[added]] = [self._code(keys[i][1]) for i in added.tolist()]
+            self.columns["partition"][rows[added]] = [keys[i][2] for i in added.tolist()]
+        c = self.columns
+        for name in ("sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag"):
+            c[name][rows] = _nullable(metrics[name])
+        for name in FLAGS:
+            c[name][rows] = metrics[name].eq(True).to_numpy()
+        replica, of = flat(metrics["replicas"])
+        starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=n))[:-1]])
+        slot = np.arange(len(replica), dtype=np.int64) - starts[of]
+        width = int(slot.max()) + 1 if len(slot) else 1
+        if width > c["replica"].shape[1]:
+            for name in _MATRIX_COLUMNS:
+                c[name] = np.pad(c[name], ((0, 0), (0, width - c[name].shape[1])),
+                                 constant_values=-1 if name == "replica" else 0)
+        for name in _MATRIX_COLUMNS:
+            c[name][rows] = -1 if name == "replica" else 0
+        keys_ = _pair_keys(of, replica)
+        isr, isr_of = flat(metrics["isr"])
+        in_isr = _lookup(keys_, _pair_keys(isr_of, isr), np.ones(len(isr), np.int64)) == 1
+        lag_brokers, lags, lag_of = flat_map(metrics["follower_lag"])
+        time_brokers, time_lags, time_of = flat_map(metrics["follower_time_lag_ms"])
+        at = rows[of]
+        c["replica"][at, slot] = replica
+        c["in_isr"][at, slot] = in_isr
+        c["lag"][at, slot] = _lookup(keys_, _pair_keys(lag_of, lag_brokers), lags)
+        c["isr_time_lag_ms"][at, slot] = np.where(
+            in_isr, _lookup(keys_, _pair_keys(time_of, time_brokers), time_lags), 0)
+        return rows
+
+    def _grow(self, count: int) -> None:
+        for name, column in self.columns.items():
+            shape = (count, *column.shape[1:])
+            extra = np.full(shape, -1, column.dtype) if name == "replica" else np.zeros(shape, column.dtype)
+            self.columns[name] = np.concatenate([column, extra])
+
+    def frame(self) -> pd.DataFrame:
+        """The rows' names, health and lags (what :func:`rank_frame` orders)."""
+        c = self.columns
+        names = np.array(self.names, dtype=object) if self.names else np.zeros(0, object)
+        return pd.DataFrame({
+            "cluster": names[c["cluster_code"]], "topic": names[c["topic_code"]], "partition": c["partition"],
+            "health": c["health"], "hw_lag": np.where(c["hw_lag"] == NULL, 0, c["hw_lag"]),
+            "max_follower_lag": np.where(c["max_follower_lag"] == NULL, 0, c["max_follower_lag"])})
+
+
+def ranked(served: ServedColumns, budget: int) -> npt.NDArray[np.bool_]:
+    """Which rows are the bucket's candidates: its first ``budget`` in the budget's order."""
+    n = len(served)
+    if n <= budget:
+        return np.ones(n, np.bool_)
+    top = rank_frame(served.frame()).index.to_numpy()[:budget]
+    chosen = np.zeros(n, np.bool_)
+    chosen[top] = True
+    return chosen
+
+
+# ---- aggregates ----
+
+CLUSTER_SUMS = ("partitions", *FLAGS)
+TOPIC_SUMS = ("partitions", "under_replicated", "under_min_isr", "offline")
+BROKER_SUMS = ("replicas", "leaders", "out_of_isr")
+BROKER_MAXES = ("max_lag", "max_isr_lag_ms")
+
+
+@dataclass
+class Partials:
+    """Aggregates over some partitions, a frame per scope: ``clusters`` (cluster; counts, newest sample time),
+    ``topics`` (cluster, topic; counts, largest HW lag, NaN when none known) and ``brokers`` (cluster, broker;
+    replicas, partitions led, replicas out of the ISR, largest replica lag, largest lag in seconds of an in-sync
+    replica, in ms)."""
+
+    clusters: pd.DataFrame
+    topics: pd.DataFrame
+    brokers: pd.DataFrame
+
+    def to_dict(self) -> dict[str, dict[str, list[Any]]]:
+        """Each scope's columns as lists (JSON's types; NaN: None)."""
+        return {scope: json.loads(frame.to_json(orient="split", index=False))
+                for scope, frame in self.scopes()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Partials:
+        return cls(*(pd.DataFrame(data[scope]["data"], columns=data[scope]["columns"])
+                     for scope in ("clusters", "topics", "brokers")))
+
+    def scopes(self) -> list[tuple[str, pd.DataFrame]]:
+        return [("clusters", self.clusters), ("topics", self.topics), ("brokers", self.brokers)]
+
+
+def _sum_max(keys: dict[str, np.ndarray], sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
+             ) -> pd.DataFrame:
+    """Per distinct key (the ``keys`` arrays together): the sum of each of ``sums``, the largest of each of
+    ``maxes`` (NaN where a group has only NaN)."""
+    frame = pd.DataFrame({**keys, **sums, **maxes})
+    if frame.empty:
+        return frame
+    agg: dict[str, str] = {name: "sum" for name in sums} | {name: "max" for name in maxes}
+    return frame.groupby(list(keys), sort=True).agg(agg).reset_index()
+
+
+def partials(served: ServedColumns) -> Partials:
+    """The bucket's aggregates (pure)."""
+    c = served.columns
+    names = np.array(served.names, dtype=object) if served.names else np.zeros(0, object)
+    cluster, topic = names[c["cluster_code"]], names[c["topic_code"]]
+    ones = np.ones(len(served), np.int64)
+    flags = {flag: c[flag].astype(np.int64) for flag in FLAGS}
+    clusters = _sum_max({"cluster": cluster}, {"partitions": ones, **flags},
+                        {"last_sample_time_ms": c["sample_time_ms"]})
+    hw_lag = np.where(c["hw_lag"] == NULL, np.nan, c["hw_lag"].astype(np.float64))
+    topics = _sum_max({"cluster": cluster, "topic": topic},
+                      {"partitions": ones, **{flag: flags[flag] for flag in TOPIC_SUMS[1:]}},
+                      {"max_hw_lag": hw_lag})
+    valid = c["replica"] >= 0
+    row, _slot = np.nonzero(valid)
+    replica = c["replica"][valid]
+    brokers = _sum_max({"cluster": cluster[row], "broker": replica},
+                       {"replicas": np.ones(len(replica), np.int64),
+                        "leaders": (c["leader"][row] == replica).astype(np.int64),
+                        "out_of_isr": (~c["in_isr"][valid]).astype(np.int64)},
+                       {"max_lag": c["lag"][valid], "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
+    return Partials(clusters, topics, brokers)
+
+
+def combine(parts: Iterable[Partials]) -> Partials:
+    """The aggregates over the partitions of all ``parts`` together (each partition in one of them)."""
+    parts = list(parts)
+
+    def merged(scope: str, keys: list[str], sums: Sequence[str], maxes: Sequence[str]) -> pd.DataFrame:
+        frames = [getattr(p, scope) for p in parts if not getattr(p, scope).empty]
+        if not frames:
+            return pd.DataFrame(columns=[*keys, *sums, *maxes])
+        frame = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+        agg: dict[str, str] = {name: "sum" for name in sums} | {name: "max" for name in maxes}
+        return frame.groupby(keys, sort=True).agg(agg).reset_index()
+
+    return Partials(merged("clusters", ["cluster"], CLUSTER_SUMS, ["last_sample_time_ms"]),
+                    merged("topics", ["cluster", "topic"], TOPIC_SUMS, ["max_hw_lag"]),
+                    merged("brokers", ["cluster", "broker"], BROKER_SUMS, BROKER_MAXES))
+
+
+def served_of(metrics: pd.DataFrame) -> ServedColumns:
+    """The columns of metrics rows (the newest row of each partition)."""
+    served = ServedColumns.empty()
+    served.record(metrics.reset_index(drop=True))
+    return served
+

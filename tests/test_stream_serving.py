@@ -1,0 +1,217 @@
+"""What the state buckets tell the driver (streaming.serving): their aggregates, combined, equal the aggregates over
+every partition counted one by one; their candidates, through the driver's handling, give the series budget's
+exact choice over every partition, micro-batch after micro-batch, across timers, two calls of one bucket in a
+micro-batch, and a driver that starts again."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import defaultdict
+from typing import Any
+
+import pandas as pd
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
+from streaming.batch import take_served
+from streaming.detect import DetectConfig
+from streaming.exporter import JobExporter, aggregate_families
+from streaming.processor import (
+    KIND_BUCKET,
+    KIND_PARTITION,
+    _frame,
+    apply_bucket,
+    expire_bucket,
+    serve,
+    steady_frame,
+)
+from streaming.serving import Partials, budgeted, combine, partials, served_of
+from streaming.table import ColumnarTable, pack, unpack
+
+CFG = DetectConfig(stale_after_ms=10_000)
+KEY = ["cluster", "topic", "partition"]
+
+
+def metrics_row(rng: random.Random, cluster: str, topic: str, partition: int) -> dict[str, Any]:
+    """A metrics row as the processor gives it, with random membership, lags, flags and nulls."""
+    replicas = rng.sample(range(1, 6), rng.randint(1, 4))
+    isr = [b for b in replicas if rng.random() < 0.75]
+    leader = rng.choice([*replicas, -1])
+    lags = {b: None if rng.random() < 0.1 else rng.randrange(300) for b in replicas if b != leader}
+    time_lags = {b: None if rng.random() < 0.1 else rng.randrange(20_000) for b in replicas if b != leader}
+    known = [x for x in lags.values() if x is not None]
+    return {"cluster": cluster, "topic": topic, "partition": partition, "sample_time_ms": rng.randrange(10**12),
+            "leader": leader, "leader_epoch": 3, "replica_count": len(replicas), "isr_size": len(isr),
+            "min_insync_replicas": rng.choice([None, 1, 2]), "offline": leader < 0,
+            "under_replicated": len(isr) < len(replicas), "under_min_isr": rng.random() < 0.2,
+            "at_min_isr": rng.random() < 0.2, "high_watermark": 10, "log_end_offset": 12, "log_start_offset": 0,
+            "hw_lag": None if rng.random() < 0.2 else rng.randrange(50),
+            "max_follower_lag": max(known) if known else None, "health": rng.randrange(6),
+            "follower_lag": lags, "isr": isr, "replicas": replicas,
+            "hw_stalled": rng.random() < 0.2, "stale": rng.choice([True, False, None]),
+            "elr": [], "last_known_elr": [], "follower_time_lag_ms": time_lags, "history": False}
+
+
+def plain_aggregates(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[Any, ...], dict[str, float]]]:
+    """Every aggregate counted partition by partition, replica by replica."""
+    clusters: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    topics: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    brokers: dict[tuple[Any, ...], dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    for r in rows:
+        c = clusters[(r["cluster"],)]
+        c["partitions"] += 1
+        for flag in ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale"):
+            c[flag] += r[flag] is True
+        c["last"] = max(c["last"], r["sample_time_ms"])
+        t = topics[(r["cluster"], r["topic"])]
+        t["partitions"] += 1
+        for flag in ("under_replicated", "under_min_isr", "offline"):
+            t[flag] += r[flag] is True
+        t["max_hw_lag"] = max(t["max_hw_lag"], r["hw_lag"] or 0)
+        for b in r["replicas"]:
+            x = brokers[(r["cluster"], b)]
+            x["replicas"] += 1
+            x["leaders"] += b == r["leader"]
+            x["out_of_isr"] += b not in r["isr"]
+            x["max_lag"] = max(x["max_lag"], r["follower_lag"].get(b) or 0)
+            x["max_isr_lag_ms"] += 0
+            if b in r["isr"]:
+                x["max_isr_lag_ms"] = max(x["max_isr_lag_ms"], r["follower_time_lag_ms"].get(b) or 0)
+    return {"clusters": clusters, "topics": topics, "brokers": brokers}
+
+
+def exported(aggregates: Partials) -> dict[str, dict[tuple[Any, ...], dict[str, float]]]:
+    """The aggregates as the exporter's families give them."""
+    names = {"replmon_cluster_partitions": ("clusters", "partitions"),
+             "replmon_cluster_under_replicated_partitions": ("clusters", "under_replicated"),
+             "replmon_cluster_under_min_isr_partitions": ("clusters", "under_min_isr"),
+             "replmon_cluster_at_min_isr_partitions": ("clusters", "at_min_isr"),
+             "replmon_cluster_offline_partitions": ("clusters", "offline"),
+             "replmon_cluster_hw_stalled_partitions": ("clusters", "hw_stalled"),
+             "replmon_cluster_stale_partitions": ("clusters", "stale"),
+             "replmon_cluster_last_sample_timestamp_seconds": ("clusters", "last"),
+             "replmon_topic_partitions": ("topics", "partitions"),
+             "replmon_topic_under_replicated_partitions": ("topics", "under_replicated"),
+             "replmon_topic_under_min_isr_partitions": ("topics", "under_min_isr"),
+             "replmon_topic_offline_partitions": ("topics", "offline"),
+             "replmon_topic_max_hw_lag_messages": ("topics", "max_hw_lag"),
+             "replmon_broker_replicas": ("brokers", "replicas"), "replmon_broker_leaders": ("brokers", "leaders"),
+             "replmon_broker_out_of_isr_replicas": ("brokers", "out_of_isr"),
+             "replmon_broker_max_replica_lag_messages": ("brokers", "max_lag"),
+             "replmon_broker_max_in_sync_replica_lag_seconds": ("brokers", "max_isr_lag_ms")}
+    out: dict[str, dict[tuple[Any, ...], dict[str, float]]] = {s: defaultdict(dict) for s in ("clusters", "topics",
+                                                                                            "brokers")}
+    for family in aggregate_families(aggregates):
+        scope, field = names[family.name]
+        for s in family.samples:
+            labels = tuple(s.labels[k] if k != "broker" else int(s.labels[k]) for k in s.labels)
+            value = s.value * 1000 if field in ("last", "max_isr_lag_ms") else s.value
+            out[scope][labels][field] = round(value)
+    return out
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 40), st.integers(1, 5))
+def test_the_buckets_aggregates_combined_are_the_aggregates_over_every_partition(seed: int, partitions: int,
+                                                                                  buckets: int) -> None:
+    rng = random.Random(seed)
+    rows = [metrics_row(rng, rng.choice("ab"), rng.choice(["t", "u", "v"]), p) for p in range(partitions)]
+    split: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        split[rng.randrange(buckets)].append(row)
+    parts = [partials(served_of(pd.DataFrame(bucket))) for bucket in split.values()]
+    want = {scope: {k: {f: round(v) for f, v in fields.items()} for k, fields in values.items()}
+            for scope, values in plain_aggregates(rows).items()}
+    got = exported(combine(parts))
+    assert {s: dict(v) for s, v in got.items()} == want
+    # through the bucket message's JSON, as the driver reads it
+    assert exported(combine(Partials.from_dict(json.loads(json.dumps(p.to_dict()))) for p in parts)) == got
+
+
+def sample(rng: random.Random, partition: int, cycle: int) -> dict[str, Any]:
+    """A partition sample of a 3-broker topic whose ISR, leader and offsets move at random."""
+    isr = [1, 2, 3] if rng.random() < 0.6 else sorted(rng.sample([1, 2, 3], rng.randint(1, 2)))
+    hw = 1_000 + 100 * cycle
+    leos = {b: hw + rng.randrange(0, 30) if b in isr else hw - rng.randrange(0, 200) for b in (1, 2, 3)}
+    s = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=1_000_000 + cycle * 1000,
+                        topic=f"t{partition % 3}", partition=partition, leader=isr[0], leader_epoch=0,
+                        replicas=[1, 2, 3], isr=isr, high_watermark=hw, min_insync_replicas=2,
+                        replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in leos.items()])
+    return json.loads(to_json(s))
+
+
+def records(samples: list[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame({"kind": ["p"] * len(samples), "sample": [json.dumps(s) for s in samples],
+                         "sample_time_ms": [s["sample_time_ms"] for s in samples],
+                         "cycle": [s["cycle"] for s in samples]})
+
+
+def plain_top(newest: dict[tuple[str, str, int], dict[str, Any]], budget: int) -> list[tuple[str, str, int]]:
+    """The budget's choice over every partition, by its rule written out: least healthy, then most lagging, then
+    by name."""
+    def rank(key: tuple[str, str, int]) -> tuple[Any, ...]:
+        r = newest[key]
+        return (r["health"], -((r["hw_lag"] or 0) + (r["max_follower_lag"] or 0)), key)
+    return sorted(newest, key=rank)[:budget]
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 6))
+def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: int, budget: int) -> None:
+    """Random micro-batches over 3 buckets of 12 partitions (each bucket's table packed and unpacked between
+    calls, as the state store keeps it): after each, the driver's series are the first ``budget`` partitions of
+    all, with each one's newest metrics, and its aggregates those of every partition's newest metrics. Timers mark
+    silent partitions stale (candidates change without a sample), a bucket is sometimes called twice in one
+    micro-batch, and the driver sometimes starts again (a new exporter, a new run)."""
+    rng = random.Random(seed)
+    buckets = {b: pack(ColumnarTable()) for b in range(3)}
+    exporter, run = JobExporter(series_budget=budget), "run-0"
+    newest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    now_ms = 2_000_000
+    for cycle in range(1, 14):
+        now_ms += 4_000
+        if rng.random() < 0.15:  # the driver starts again
+            exporter, run = JobExporter(series_budget=budget), f"run-{cycle}"
+        outputs = []
+        for bucket in range(3):
+            calls = ["samples"] if rng.random() < 0.8 else []
+            if rng.random() < 0.3:
+                calls.append("timer")
+            for call in calls:
+                table = unpack(buckets[bucket])
+                if call == "samples":
+                    chosen = [p for p in range(bucket, 36, 3) if rng.random() < 0.7]
+                    table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), CFG, now_ms,
+                                              copy=False)
+                    frame = _frame(out.rows)
+                    if out.steady is not None:
+                        frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True)
+                else:
+                    table, rows = expire_bucket(table, CFG, now_ms)
+                    frame = _frame(rows)
+                for row in frame[frame["kind"] == KIND_PARTITION].to_dict("records"):
+                    newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
+                outputs.append(serve(table, frame, bucket, budget, run))
+                buckets[bucket] = pack(table)
+        if not outputs:
+            continue
+        rng.shuffle(outputs)  # Spark's collect keeps no order between tasks
+        out = pd.concat(outputs, ignore_index=True)
+        out = out[(out["kind"] != KIND_PARTITION) | out["served"].eq(True)]
+        partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
+        take_served(exporter, out[out["kind"] == KIND_BUCKET], partitions)
+        if exporter.tracked() < len(newest):
+            continue  # a driver that started again hears from each bucket at its next call
+        table_ = exporter.snapshot()
+        served = budgeted(table_, budget)
+        keys = list(zip(served["cluster"], served["topic"], served["partition"].astype(int), strict=True))
+        assert sorted(keys) == sorted(plain_top(newest, budget))
+        for row in served.to_dict("records"):
+            want = newest[(row["cluster"], row["topic"], int(row["partition"]))]
+            assert (row["sample_time_ms"], row["isr_size"], row["stale"], row["hw_lag"]) == (
+                want["sample_time_ms"], want["isr_size"], want["stale"], want["hw_lag"])
+        with exporter._lock:
+            aggregates = exporter._aggregates
+        assert exported(aggregates) == exported(partials(served_of(pd.DataFrame(list(newest.values())))))
