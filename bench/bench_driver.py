@@ -14,9 +14,10 @@ batches after it are measured, all of ``--backlog-batch`` samples:
 - the driver's share of a micro-batch: the foreachBatch handler's exporter, events and history steps, and the
   end of its collect (the handler's time less its steps and the Spark jobs it waits for is Spark's own);
 - the batch duration (Spark's progress), for scale;
-- after them: the exporter's table in memory (pandas, deep), the driver process's RSS (cumulative over the sizes,
-  which run in one process in increasing order), the driver JVM's heap after GC, and the time one /metrics
-  scrape takes (the median of 5; the aggregates are computed over every partition at each scrape);
+- after them: the partition rows the driver holds (the buckets' candidates for the series budget, at most
+  ``state_buckets x --series-budget``: streaming.serving) and their table in memory (pandas, deep), the driver
+  process's RSS (cumulative over the sizes, which run in one process in increasing order), the driver JVM's heap
+  after GC, and the time one /metrics scrape takes (the median of 5);
 - the executors' state: the state store's memory as Spark reports it (RocksDB's, in the last steady batch's
   progress) and the size of the checkpoint's state directory (every version Spark keeps, not only the last).
 
@@ -90,7 +91,7 @@ def one_size(spark: Any, log: ProgressLog, timings: list[dict[str, float]], work
         stream=StreamConfig(trigger_interval_s=args.trigger, checkpoint_dir=work / name / "checkpoint",
                             history_dir=work / name / "history", starting_offsets="latest",
                             max_offsets_per_trigger=args.backlog_batch, metrics_port=0,
-                            stale_after_s=600, hw_stalled_after_s=600,
+                            stale_after_s=600, hw_stalled_after_s=600, series_budget=args.series_budget,
                             spark_conf={"spark.ui.showConsoleProgress": "false"}))
     started = time.time()
     job = start_job(spark, config, exporter=BenchExporter(config.stream.series_budget))
@@ -203,6 +204,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 COLUMNS: list[tuple[str, str, Callable[[float], str]]] = [
     ("partitions", "partitions tracked", lambda v: f"{v:,.0f}"),
     ("topics", "topics", lambda v: f"{v:,.0f}"),
+    ("driver_rows", "partition rows the driver holds", lambda v: f"{v:,.0f}"),
     ("batch_s", "batch duration (s)", lambda v: f"{v:.2f}"),
     ("handler_s", "foreachBatch handler (s)", lambda v: f"{v:.2f}"),
     ("exporter_s", "of which the exporter (s)", lambda v: f"{v:.3f}"),
@@ -257,6 +259,8 @@ def main() -> int:
     parser.add_argument("--steady-batches", type=int, default=6)
     parser.add_argument("--backlog-batch", type=int, default=20_000, help="maxOffsetsPerTrigger")
     parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument("--series-budget", type=int, default=StreamConfig().series_budget,
+                        help="stream.series_budget: the driver holds at most state_buckets x this many rows")
     parser.add_argument("--timeout", type=float, default=600, help="seconds at most for a size's batches")
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/ alone")
     args = parser.parse_args()

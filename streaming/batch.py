@@ -225,6 +225,8 @@ class BatchGate:
         if running is not None:
             return False
         if last < 0:
-            return True
+            # no batch handled yet: the first one may be in planning, where the stateful processor's driver-side
+            # Python worker initialises it (a stop then breaks its pipe: a traceback in the log)
+            return not query.status.get("isTriggerActive", False)
         newest = last_batch_id(query)
         return newest is not None and newest >= last

@@ -367,12 +367,16 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     ``payload`` of the partition rows too: the driver takes the newest word of a bucket on each partition).
     Records every partition row's metrics in ``table.served``."""
     served = table.served
+    told = served.run == run
+    if not told:  # a state written before the served columns (format 2): its partitions join them now
+        missing = [partition_row(metrics_of(state)) for key in list(table) if key not in served.index
+                   and isinstance(state := table.peek(key), PartitionState)]
+        served.record(_frame(missing))
     is_partition = frame["kind"].to_numpy() == KIND_PARTITION
     metrics = frame[is_partition]
     rows = served.record(metrics)
     columns = served.columns
     before = columns["served"].copy()
-    told = served.run == run
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)
     sampled[rows] = True

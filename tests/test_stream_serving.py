@@ -27,7 +27,7 @@ from streaming.processor import (
     serve,
     steady_frame,
 )
-from streaming.serving import Partials, budgeted, combine, partials, served_of
+from streaming.serving import Partials, ServedColumns, budgeted, combine, partials, served_of
 from streaming.table import ColumnarTable, pack, unpack
 
 CFG = DetectConfig(stale_after_ms=10_000)
@@ -215,3 +215,18 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
         with exporter._lock:
             aggregates = exporter._aggregates
         assert exported(aggregates) == exported(partials(served_of(pd.DataFrame(list(newest.values())))))
+
+
+def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_first_call() -> None:
+    """A state value of format 2 loads without served columns: the bucket's first call of a run sends the
+    aggregates and candidates of all its partitions, not only of those sampled since."""
+    rng = random.Random(5)
+    table, _ = apply_bucket(ColumnarTable(), records([sample(rng, p, 1) for p in range(6)]), CFG, 2_000_000)
+    table = unpack(pack(table))
+    table.served = ServedColumns.empty()  # as format 2 loads
+    _, again = apply_bucket(table, records([sample(rng, 0, 2)]), CFG, 2_001_000, copy=False)
+    output = serve(table, _frame(again.rows) if again.steady is None else steady_frame(again.steady), 0, 100, "r")
+    [message] = [json.loads(p) for p in output.loc[output["kind"] == KIND_BUCKET, "payload"]]
+    assert Partials.from_dict(message).clusters["partitions"].tolist() == [6]
+    served = output[(output["kind"] == KIND_PARTITION) & output["served"].eq(True)]
+    assert sorted(served["partition"].astype(int)) == list(range(6))
