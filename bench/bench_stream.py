@@ -282,6 +282,9 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             super().__init__(*args, **kwargs)
             self._phase: dict[str, float] = {}
             self.events.publish = self._timed("publish", self.events.publish)  # type: ignore[method-assign]
+            self.events.publish_from_executors = self._timed(  # type: ignore[method-assign]
+                "publish", self.events.publish_from_executors)
+            self.history.write_event_rows = self._timed("history", self.history.write_event_rows)  # type: ignore[method-assign]
             self.history.write_events = self._timed("history", self.history.write_events)  # type: ignore[method-assign]
             self.history.write_partitions = self._timed("history", self.history.write_partitions)  # type: ignore[method-assign]
             self.exporter.update_partitions = self._timed("exporter", self.exporter.update_partitions)  # type: ignore[method-assign]

@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +25,8 @@ from streaming.parse import quarantined_records
 from streaming.processor import KIND_BUCKET, KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, NOT_METRICS
 from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
 from streaming.serving import Partials
-from streaming.silence import collapse_stale, compact_json
-from streaming.sinks import EventsPublisher, HistoryWriter
+from streaming.silence import cluster_stale, compact_json, silent_clusters
+from streaming.sinks import EventBatches, EventsPublisher, HistoryWriter
 
 
 @dataclass
@@ -47,14 +48,13 @@ class StateBatchHandler:
     two uses (computed once: the state is applied once)."""
 
     def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
-                 spark: SparkSession | None = None) -> None:
+                 spark: SparkSession, query: str) -> None:
         self.exporter = exporter
         self.stats = stats
         self.gate = gate
         self.events = EventsPublisher(config)
         self.history = HistoryWriter(config.stream.history_dir, spark)
-        self.newest_sample_ms: int | None = None
-        """The newest sample time the last micro-batch's buckets hold."""
+        self.event_batches = EventBatches(spark, str(config.stream.checkpoint_dir), query)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.gate.batch(batch_id):
@@ -65,33 +65,55 @@ class StateBatchHandler:
                 batch.unpersist()
 
     def handle(self, batch: DataFrame, batch_id: int) -> None:
-        out: pd.DataFrame = batch.filter((F.col("kind") != KIND_PARTITION) | F.col("served")).toPandas()
+        out: pd.DataFrame = batch.filter(F.col("kind").isin(KIND_QUARANTINE, KIND_BUCKET) | F.col("served")).toPandas()
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
-        events = out[out["kind"] == KIND_EVENT]
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        history_rows, self.newest_sample_ms = take_served(self.exporter, out[out["kind"] == KIND_BUCKET], partitions)
-        payloads = dict(zip(events["event_id"], events["payload"], strict=True))
-        all_events = collapse_stale([json.loads(p) for p in payloads.values()], self.exporter.partitions_per_cluster)
-        written = self.events.publish(((e["event_id"], payloads.get(e["event_id"]) or compact_json(e))
-                                       for e in all_events), batch_id)
-        decoded = [json.loads(p) for p in written]
-        self.exporter.count_events(decoded)
-        self.history.write_events(all_events, batch_id)
-        if history_rows:
+        told = take_served(self.exporter, out[out["kind"] == KIND_BUCKET], partitions)
+        written = self.publish_events(batch, batch_id, told) if told.events else 0
+        if told.history:
             self.history.write_partitions(batch)
         now = time.time()
         self.exporter.count("replmon_job_batches_total", ())
         self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
         with self.stats.lock:
             self.stats.batches += 1
-            self.stats.events += len(decoded)
-            if self.newest_sample_ms is not None:
-                newest = self.newest_sample_ms / 1000
+            self.stats.events += written
+            if told.newest_sample_ms is not None:
+                newest = told.newest_sample_ms / 1000
                 self.stats.delays_s.append(now - newest)
                 self.exporter.set_job("replmon_job_sample_to_metric_delay_seconds", now - newest)
+
+    def publish_events(self, batch: DataFrame, batch_id: int, told: Told) -> int:
+        """The micro-batch's events to the events topic, the counters and the history; returns how many were
+        written now. The executors write them, each id once, and count those they wrote
+        (:mod:`streaming.event_writer`); the history by Spark's Parquet writer. The partition STALE events of a
+        silent cluster (:mod:`streaming.silence`: the buckets' messages count them) come to the driver to become
+        one."""
+        events = batch.filter(F.col("kind") == KIND_EVENT)
+        since, again = self.event_batches.begin(batch_id, self.events.end_offsets)
+        silent = silent_clusters(told.stale, self.exporter.partitions_per_cluster)
+        partition_stale = (F.col("event_type") == "STALE") & F.col("topic").isNotNull()
+        silenced = partition_stale & F.col("cluster").isin(*sorted(silent)) if silent else F.lit(False)
+        rest = events.filter(~silenced)
+        counts = self.events.publish_from_executors(rest, batch_id, since, again)
+        self.exporter.add_counts(counts)
+        written = sum(amount for (name, _), amount in counts.items() if name == "replmon_events_total")
+        self.history.write_event_rows(rest)
+        if silent:
+            groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+            stale: pd.DataFrame = events.filter(silenced).select("payload").toPandas()
+            for payload in stale["payload"]:
+                event = json.loads(payload)
+                groups[event["cluster"]].append(event)
+            merged = [cluster_stale(cluster, group) for cluster, group in sorted(groups.items())]
+            published = self.events.publish(((e["event_id"], compact_json(e)) for e in merged), batch_id)
+            self.exporter.count_events(json.loads(p) for p in published)
+            self.history.write_events(merged, batch_id)
+            written += len(published)
+        return int(written)
 
     def quarantine(self, payloads: list[str]) -> None:
         """The batch's bad records to the quarantine topic, counted by the kind of their reason."""
@@ -101,18 +123,35 @@ class StateBatchHandler:
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
 
 
-def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.DataFrame) -> tuple[int, int | None]:
+@dataclass
+class Told:
+    """What the state buckets told the driver in one micro-batch, summed (:func:`take_served`)."""
+
+    history: int = 0
+    """Partition rows that are history snapshots."""
+    events: int = 0
+    stale: Counter[str] = field(default_factory=Counter)
+    """Partition STALE events per cluster."""
+    newest_sample_ms: int | None = None
+    """The newest sample time the buckets hold."""
+
+
+def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.DataFrame) -> Told:
     """A micro-batch's bucket messages and candidate rows (:func:`streaming.processor.serve`) into the exporter;
-    returns how many history snapshots the micro-batch's output holds and the newest sample time its buckets hold.
-    A bucket called twice in one micro-batch (its samples and its timer) sends two messages: on each partition the
-    newer one's word holds (their sequence, also in the rows' ``payload``)."""
+    returns the rest of what the messages say, summed. A bucket called twice in one micro-batch (its samples and its
+    timer) sends two messages: on each partition the newer one's word holds (their sequence, also in the rows'
+    ``payload``)."""
     messages = sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
                                                                           strict=True)), key=lambda m: m["seq"])
     aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}
     last_left: dict[tuple[str, str, int], int] = {}
+    told = Told()
     for m in messages:
         for cluster, topic, partition in m["left"]:
             last_left[(cluster, topic, int(partition))] = m["seq"]
+        told.history += int(m["history"])
+        told.events += int(m["events"])
+        told.stale.update(m["stale"])
     if last_left and not partitions.empty:
         keep = []
         for key, seq in zip(zip(partitions["cluster"], partitions["topic"], partitions["partition"].tolist(),
@@ -127,7 +166,8 @@ def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.Dat
         order = np.lexsort((partitions["payload"].astype(int).to_numpy(), partitions["sample_time_ms"].to_numpy()))
         exporter.update_partitions(partitions.iloc[order].drop(columns=list(NOT_METRICS)))
     newest = [int(t) for p in aggregates.values() for t in p.clusters.get("last_sample_time_ms", ())]
-    return sum(int(m["history"]) for m in messages), max(newest) if newest else None
+    told.newest_sample_ms = max(newest) if newest else None
+    return told
 
 
 class ProgressListener(JsonProgressListener):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import urllib.request
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from replmon.contracts.metrics import BY_NAME, CATALOG, MetricSpec
-from streaming.serving import Partials, budgeted, combine
+from streaming.serving import Partials, budgeted, combine, event_counts
 
 KEY = ["cluster", "topic", "partition"]
 
@@ -261,24 +261,13 @@ class JobExporter(Collector):
                 self._table.remove(gone)
 
     def count_events(self, events: Iterable[dict[str, Any]]) -> None:
+        self.add_counts(event_counts(events))
+
+    def add_counts(self, counts: Mapping[tuple[str, tuple[str, ...]], float]) -> None:
+        """Add ``counts`` (by counter and labels: :func:`streaming.serving.event_counts`) to the counters."""
         with self._lock:
-            for e in events:
-                cluster, topic = e["cluster"], e.get("topic") or ""
-                self._counters["replmon_events_total"][(cluster, e["type"])] += 1
-                if e["type"] == "LEADER_CHANGE" and e.get("clean") is False:
-                    self._counters["replmon_unclean_leader_elections_total"][(cluster, topic)] += 1
-                if e["type"] in ("DATA_LOSS", "HW_REGRESSION") and e.get("committed_lost"):
-                    # an election's loss is one of the two, never both (streaming.detect)
-                    self._counters["replmon_committed_messages_lost_total"][(cluster, topic)] += \
-                        int(e["committed_lost"])
-                if e.get("uncommitted_counted"):
-                    self._counters["replmon_uncommitted_messages_lost_total"][(cluster, topic)] += \
-                        int(e["uncommitted_counted"])
-                if e["type"] == "BROKER_FENCED" and e.get("severity") == "warning":
-                    for broker in e.get("brokers") or ():
-                        self._counters["replmon_broker_fencings_total"][(cluster, str(broker))] += 1
-                if e["type"] == "EPOCH_DIVERGENCE" and e.get("severity") == "critical":
-                    self._counters["replmon_epoch_divergences_total"][(cluster, topic)] += 1
+            for (name, labels), amount in counts.items():
+                self._counters[name][labels] += amount  # type: ignore[assignment]
 
     def count(self, name: str, labels: tuple[str, ...], amount: float = 1) -> None:
         with self._lock:

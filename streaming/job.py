@@ -104,7 +104,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     spark.streams.addListener(ProgressListener(exporter))
     parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
-    state_handler = StateBatchHandler(config, exporter, stats, gate, spark)
+    state_handler = StateBatchHandler(config, exporter, stats, gate, spark, layout.query)
     processor = ReplicationProcessor(DetectConfig.from_stream_config(stream), stream.series_budget)
     exporter.new_run()
     processed = (processor_input(parsed, layout.bucket_ids)

@@ -363,8 +363,10 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     quarantined records and events; the partition rows that are history snapshots or the bucket's candidates
     (``served``), with the rows of the partitions that became candidates without a sample (all of them for a run
     the bucket has not told yet); and one :data:`KIND_BUCKET` row whose payload holds the bucket's aggregates,
-    the partitions no longer candidates, how many history rows the call gave, and the message's sequence (in
-    ``payload`` of the partition rows too: the driver takes the newest word of a bucket on each partition).
+    the partitions no longer candidates, how many history rows and events the call gave (and of them partition
+    STALE events per cluster, for the driver to tell a silent cluster, :mod:`streaming.silence`) and the
+    message's sequence (in ``payload`` of the partition rows too: the driver
+    takes the newest word of a bucket on each partition).
     Records every partition row's metrics in ``table.served``."""
     served = table.served
     told = served.run == run
@@ -402,7 +404,10 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
             row = partition_row(metrics_of(state), history=False)
             row.update(served=True, payload=seq)
             extra.append(row)
-    message = {"seq": served.sent, "left": left, "history": int(history.sum()), **partials(served).to_dict()}
+    events = [json.loads(p) for p in frame.loc[frame["kind"].to_numpy() == KIND_EVENT, "payload"]]
+    stale = Counter(e["cluster"] for e in events if e["type"] == "STALE" and e.get("topic") is not None)
+    message = {"seq": served.sent, "left": left, "history": int(history.sum()), "events": len(events),
+               "stale": stale, **partials(served).to_dict()}
     extra.append({"kind": KIND_BUCKET, "partition": bucket, "payload": json.dumps(message)})
     return pd.concat([out, _frame(extra)], ignore_index=True) if len(out) else _frame(extra)
 

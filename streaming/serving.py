@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -313,6 +314,31 @@ def combine(parts: Iterable[Partials]) -> Partials:
     return Partials(merged("clusters", ["cluster"], CLUSTER_SUMS, ["last_sample_time_ms"]),
                     merged("topics", ["cluster", "topic"], TOPIC_SUMS, ["max_hw_lag"]),
                     merged("brokers", ["cluster", "broker"], BROKER_SUMS, BROKER_MAXES))
+
+
+CounterKey = tuple[str, tuple[str, ...]]
+
+
+def event_counts(events: Iterable[dict[str, Any]]) -> Counter[CounterKey]:
+    """What ``events`` add to the job's counters, by (counter, labels) (pure): the one definition, for the
+    executors' counts and the driver's."""
+    counts: Counter[CounterKey] = Counter()
+    for e in events:
+        cluster, topic = e["cluster"], e.get("topic") or ""
+        counts[("replmon_events_total", (cluster, e["type"]))] += 1
+        if e["type"] == "LEADER_CHANGE" and e.get("clean") is False:
+            counts[("replmon_unclean_leader_elections_total", (cluster, topic))] += 1
+        if e["type"] in ("DATA_LOSS", "HW_REGRESSION") and e.get("committed_lost"):
+            # an election's loss is one of the two, never both (streaming.detect)
+            counts[("replmon_committed_messages_lost_total", (cluster, topic))] += int(e["committed_lost"])
+        if e.get("uncommitted_counted"):
+            counts[("replmon_uncommitted_messages_lost_total", (cluster, topic))] += int(e["uncommitted_counted"])
+        if e["type"] == "BROKER_FENCED" and e.get("severity") == "warning":
+            for broker in e.get("brokers") or ():
+                counts[("replmon_broker_fencings_total", (cluster, str(broker)))] += 1
+        if e["type"] == "EPOCH_DIVERGENCE" and e.get("severity") == "critical":
+            counts[("replmon_epoch_divergences_total", (cluster, topic))] += 1
+    return counts
 
 
 def served_of(metrics: pd.DataFrame) -> ServedColumns:

@@ -32,12 +32,10 @@ def collapse_stale(
     for e in events:
         if e["type"] == EventType.STALE and e.get("topic") is not None:
             stale[e["cluster"]].append(e)
-    candidates = {cluster: group for cluster, group in stale.items() if len(group) > 1}
-    if not candidates:
+    chosen = silent_clusters({cluster: len(group) for cluster, group in stale.items()}, partitions_of, share)
+    if not chosen:
         return events
-    known = partitions_of()
-    silent = {cluster: cluster_stale(cluster, group) for cluster, group in candidates.items()
-              if len(group) >= share * known.get(cluster, 0)}
+    silent = {cluster: cluster_stale(cluster, stale[cluster]) for cluster in chosen}
     out: list[dict[str, Any]] = []
     placed: set[str] = set()
     for e in events:
@@ -49,6 +47,18 @@ def collapse_stale(
             continue
         out.append(e)
     return out
+
+
+def silent_clusters(stale: Mapping[str, int], partitions_of: Callable[[], Mapping[str, int]],
+                    share: float = SILENT_SHARE) -> set[str]:
+    """The clusters whose ``stale`` partition STALE events of one micro-batch (a count per cluster) make them silent:
+    more than one, covering at least ``share`` of their known partitions (``partitions_of``, asked only when a
+    cluster has more than one)."""
+    candidates = {cluster: count for cluster, count in stale.items() if count > 1}
+    if not candidates:
+        return set()
+    known = partitions_of()
+    return {cluster for cluster, count in candidates.items() if count >= share * known.get(cluster, 0)}
 
 
 def cluster_stale(cluster: str, group: list[dict[str, Any]]) -> dict[str, Any]:

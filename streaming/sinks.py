@@ -9,11 +9,12 @@ files are named after the micro-batch, so a replayed batch overwrites its own fi
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,31 @@ def quarantine_record(reason: str, partition: int, offset: int, raw: str | None,
     return json.dumps(record).encode()
 
 
+class EventBatches:
+    """Where each micro-batch's events began to go out: the events topic's end offsets when its first run began, a
+    file per micro-batch beside the checkpoint (``<query>-events/<batch id>``, through the session's Hadoop
+    filesystem). A micro-batch that finds its file runs again: its tasks read back from there what they wrote
+    (:mod:`streaming.event_writer`). A micro-batch starts only after the one before it committed: the older files
+    go."""
+
+    def __init__(self, spark: SparkSession, checkpoint_dir: str, query: str) -> None:
+        self.directory = HadoopDirectory(spark, locations.join(checkpoint_dir, f"{query}-events"))
+
+    def begin(self, batch_id: int, end: Callable[[], dict[int, int]]) -> tuple[dict[int, int], bool]:
+        """Where the micro-batch's events began (``end()``, recorded now, on its first run) and whether it ran
+        before."""
+        names = self.directory.list()
+        if str(batch_id) in names:
+            recorded = self.directory.read_bytes(str(batch_id)) or b"{}"
+            return {int(p): int(o) for p, o in json.loads(recorded).items()}, True
+        for name in names:
+            if name.isdigit() and int(name) < batch_id:
+                self.directory.delete(name)
+        since = end()
+        self.directory.create(str(batch_id), json.dumps(since).encode())
+        return since, False
+
+
 class EventsPublisher:
     """Writes events (JSON, keyed by event id) to the events topic, each id once."""
 
@@ -119,6 +145,8 @@ class EventsPublisher:
         self.producer = KafkaProducer(bootstrap_servers=config.samples_bootstrap(), acks="all",
                                       enable_idempotence=True, linger_ms=20, compression_type="zstd",
                                       client_id="replmon-job-events", **config.samples_security().kafka_python())
+        self.bootstrap = config.samples_bootstrap()
+        self.client = config.samples_security().kafka_python()
 
     def publish(self, events: Iterable[tuple[str, str]], batch_id: int) -> list[str]:
         """Write ``(event_id, payload)`` pairs not written before; wait for the acknowledgements. Returns the
@@ -137,6 +165,30 @@ class EventsPublisher:
         for event_id, _ in written:
             self.recent.add(event_id)
         return [payload for _, payload in written]
+
+    def end_offsets(self) -> dict[int, int]:
+        """The events topic's end, per partition."""
+        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
+                                 client_id="replmon-events-end", **self.client)
+        try:
+            parts = [TopicPartition(self.topic, p) for p in sorted(consumer.partitions_for_topic(self.topic) or ())]
+            return {tp.partition: int(offset) for tp, offset in consumer.end_offsets(parts).items()}
+        finally:
+            consumer.close()
+
+    def publish_from_executors(self, events: DataFrame, batch_id: int, since: dict[int, int], again: bool
+                               ) -> Counter[tuple[str, tuple[str, ...]]]:
+        """Write ``events`` (the micro-batch's event rows, on the executors: :mod:`streaming.event_writer`), each id
+        once; ``since``: the topic's end when the micro-batch's first run began, ``again``: this is not that run.
+        Returns what the events written now add to the counters."""
+        from streaming.event_writer import COUNT_SCHEMA, EventTarget, portable, write_events
+
+        target = EventTarget(self.bootstrap, self.topic, portable(self.client), batch_id, since, again)
+        counts: Counter[tuple[str, tuple[str, ...]]] = Counter()
+        for row in events.select("event_id", "payload").mapInArrow(
+                functools.partial(write_events, target), COUNT_SCHEMA).collect():
+            counts[(row["name"], tuple(json.loads(row["labels"])))] += int(row["amount"])
+        return counts
 
     def quarantine(self, records: pd.DataFrame) -> None:
         """Bad samples with their reason, for someone to look at (``records``: the columns of
@@ -213,6 +265,19 @@ class HistoryWriter:
             table = pa.Table.from_pylist(events, schema=self.event_schema)
             self._write(table, "events", batch_id, [e["event_time_ms"] for e in events])
 
+    def write_event_rows(self, events: DataFrame) -> None:
+        """Events as the micro-batch's event rows hold them (their JSON ``payload``, on the executors), by Spark's
+        Parquet writer, wherever the history is (appended; read de-duplicated by id)."""
+        from pyspark.sql import functions as F
+
+        from replmon.contracts.events import Event
+        from streaming.schema import spark_schema
+
+        parsed = events.select(F.from_json("payload", spark_schema(Event)).alias("e")).select("e.*")
+        (parsed.select(*self.event_schema.names, _utc_date("event_time_ms").alias("date"))
+         .write.mode("append").partitionBy("cluster", "date")
+         .parquet(locations.spark_uri(locations.join(self.location, "events"))))
+
     def write_partitions(self, batch: DataFrame) -> None:
         """The snapshots among a micro-batch's output (``batch``, on the executors), by Spark's Parquet writer,
         wherever the history is: they never pass through the driver."""
@@ -220,13 +285,17 @@ class HistoryWriter:
 
         from streaming.processor import KIND_PARTITION
 
-        # the UTC date of the sample time, whatever the session's time zone
-        date = F.date_add(F.lit("1970-01-01").cast("date"),
-                          F.floor(F.col("sample_time_ms") / DAY_MS).cast("int")).cast("string")
         chosen = batch.filter((F.col("kind") == KIND_PARTITION) & F.col("history"))
-        (chosen.select(*self.partition_schema.names, date.alias("date"))
+        (chosen.select(*self.partition_schema.names, _utc_date("sample_time_ms").alias("date"))
          .write.mode("append").partitionBy("cluster", "date")
          .parquet(locations.spark_uri(locations.join(self.location, "partitions"))))
+
+
+def _utc_date(column: str) -> Any:
+    """The UTC date (``YYYY-MM-DD``) of a time in ms, whatever the session's time zone."""
+    from pyspark.sql import functions as F
+
+    return F.date_add(F.lit("1970-01-01").cast("date"), F.floor(F.col(column) / DAY_MS).cast("int")).cast("string")
 
 
 def read_events(location: str | Path, spark: SparkSession | None = None) -> pd.DataFrame:

@@ -72,5 +72,10 @@ class HadoopDirectory:
             stream.close()
 
 
+    def delete(self, name: str) -> None:
+        """Remove the file (nothing when it does not exist)."""
+        self._fs.delete(self._path(name), False)
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]

@@ -1,0 +1,137 @@
+"""Events written by the executors: each task writes its share of a micro-batch's events to the events topic, each
+id once, and tells the driver what they add to the counters.
+
+A task's first run writes its events (idempotent producer, acks=all). A task that may have written before, a retry
+of the task (Spark runs a failed task again: an executor lost mid-write) or any task of a micro-batch that runs
+again (the job stopped or failed after its events began to go out), first reads back what the topic holds of this
+micro-batch since its first run began (the records carry the micro-batch's id in a header; where they began the
+driver recorded beside the checkpoint, :class:`streaming.sinks.EventBatches`) and writes only the ids not there.
+The counts are those of the events written now: a run again counts none twice.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from streaming.serving import event_counts
+
+BATCH_HEADER = "replmon-batch"
+"""The header that carries an event record's micro-batch id."""
+COUNT_SCHEMA = "name string, labels string, amount long"
+"""The rows a task gives back: what its written events add to each counter (labels as a JSON list)."""
+COUNTS = pa.schema([("name", pa.string()), ("labels", pa.string()), ("amount", pa.int64())])
+PEM_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+READ_BACK_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class EventTarget:
+    """Where and how a task writes (picklable: it travels to the executors)."""
+
+    bootstrap: list[str]
+    topic: str
+    client: dict[str, Any]
+    """kafka-python settings; a PEM file's setting holds its contents (:func:`portable`): the executors have
+    none of the driver's files."""
+    batch_id: int
+    since: dict[int, int] = field(default_factory=dict)
+    """Per partition of the topic, its end when the micro-batch's first run began."""
+    again: bool = False
+    """The micro-batch runs again: every task reads back first."""
+
+
+def portable(client: dict[str, Any]) -> dict[str, Any]:
+    """kafka-python settings with each PEM file's path replaced by its contents."""
+    out = dict(client)
+    for name in PEM_SETTINGS:
+        if out.get(name):
+            with open(out[name]) as f:
+                out[name] = {"pem": f.read()}
+    return out
+
+
+def _materialised(client: dict[str, Any], directory: str) -> dict[str, Any]:
+    """The settings with each PEM's contents in a private file again (on the executor)."""
+    out = dict(client)
+    for name in PEM_SETTINGS:
+        value = out.get(name)
+        if isinstance(value, dict):
+            path = os.path.join(directory, name)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(value["pem"])
+            out[name] = path
+    return out
+
+
+def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
+    """The ids of this micro-batch's events the topic holds since ``target.since``."""
+    import time
+
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=target.bootstrap, enable_auto_commit=False, group_id=None,
+                             isolation_level="read_committed", client_id="replmon-events-read-back", **client)
+    try:
+        parts = [TopicPartition(target.topic, p) for p in sorted(consumer.partitions_for_topic(target.topic) or ())]
+        if not parts:
+            return set()
+        consumer.assign(parts)
+        end = consumer.end_offsets(parts)
+        for tp in parts:
+            consumer.seek(tp, target.since.get(tp.partition, 0))
+        batch = str(target.batch_id).encode()
+        ids: set[str] = set()
+        deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"could not read back {target.topic} within {READ_BACK_TIMEOUT_S:.0f} s")
+            for records in consumer.poll(timeout_ms=1000).values():
+                ids.update(r.key.decode() for r in records
+                           if r.key and (BATCH_HEADER, batch) in [(k, bytes(v)) for k, v in r.headers or ()])
+        return ids
+    finally:
+        consumer.close()
+
+
+def write_events(target: EventTarget, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """mapInArrow over a micro-batch's event rows (``event_id``, ``payload``): this task's share written, each id
+    once; yields what the events written now add to the counters (:data:`COUNT_SCHEMA`)."""
+    from kafka import KafkaProducer
+    from pyspark import TaskContext
+
+    ids: list[str] = []
+    payloads: list[str] = []
+    for batch in batches:
+        ids.extend(batch.column("event_id").to_pylist())
+        payloads.extend(batch.column("payload").to_pylist())
+    if not ids:
+        return
+    context = TaskContext.get()
+    with tempfile.TemporaryDirectory(prefix="replmon-events-") as directory:
+        client = _materialised(target.client, directory)
+        skip = written_ids(target, client) if target.again or (context and context.attemptNumber() > 0) else set()
+        producer = KafkaProducer(bootstrap_servers=target.bootstrap, acks="all", enable_idempotence=True,
+                                 linger_ms=20, compression_type="zstd", client_id="replmon-job-events", **client)
+        try:
+            headers = [(BATCH_HEADER, str(target.batch_id).encode())]
+            sent = [(event_id, payload) for event_id, payload in zip(ids, payloads, strict=True)
+                    if event_id not in skip]
+            futures = [producer.send(target.topic, key=event_id.encode(), value=payload.encode(), headers=headers)
+                       for event_id, payload in sent]
+            producer.flush()
+            for future in futures:
+                future.get(timeout=30)  # raises: the task fails, and Spark runs it again
+        finally:
+            producer.close(timeout=5)
+    counts = event_counts(json.loads(payload) for _, payload in sent)
+    yield pa.RecordBatch.from_pydict({"name": [name for name, _ in counts],
+                                      "labels": [json.dumps(list(labels)) for _, labels in counts],
+                                      "amount": [int(amount) for amount in counts.values()]}, schema=COUNTS)

@@ -1,0 +1,137 @@
+"""A micro-batch's events leave from the executors (Spark's Kafka sink and Parquet writer) and its counters come
+from the buckets' messages; a micro-batch that runs again goes through the driver, which writes only the ids not
+written before; a silent cluster's partition STALE events become one. Checked on the real cluster's events topic,
+read back by a consumer, and in the history."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from kafka import KafkaConsumer, TopicPartition
+from pyspark.sql import DataFrame, SparkSession
+
+from replmon.contracts.events import Event, EventSource, EventType, Severity
+from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig
+from replmon.core.kafka_topics import ensure_topic
+from replmon.testbed.localcluster import LocalCluster
+from streaming.batch import BatchGate, JobStats, StateBatchHandler
+from streaming.event_writer import EventTarget, write_events
+from streaming.exporter import JobExporter
+from streaming.processor import KIND_BUCKET, OUTPUT_COLUMNS, OUTPUT_SCHEMA, event_row
+from streaming.serving import ServedColumns, partials
+from streaming.sinks import read_events
+
+
+def event(n: int, type_: EventType, cluster: str = "c", topic: str | None = "t", **fields: Any) -> Event:
+    return Event(event_id=f"e{n:04d}", type=type_, severity=Severity.WARNING, cluster=cluster, topic=topic,
+                 partition=None if topic is None else n, event_time_ms=1_700_000_000_000 + n,
+                 detected_time_ms=1_700_000_000_500 + n, source=EventSource.JOB, message=f"event {n}", **fields)
+
+
+def micro_batch(spark: SparkSession, events: list[Event], partitions_per_cluster: dict[str, int]) -> DataFrame:
+    """The state query's output of one micro-batch: the event rows and one bucket's message, as
+    :func:`streaming.processor.serve` gives them (its partitions as many as ``partitions_per_cluster`` says)."""
+    rows = [event_row(e) for e in events]
+    served = ServedColumns.empty()
+    metrics = pd.DataFrame([{"cluster": c, "topic": "t", "partition": p, "sample_time_ms": 1, "leader": 1,
+                             "health": 5, "hw_lag": 0, "max_follower_lag": 0, "under_replicated": False,
+                             "under_min_isr": False, "at_min_isr": False, "offline": False, "hw_stalled": False,
+                             "stale": False, "replicas": [1], "isr": [1], "follower_lag": {},
+                             "follower_time_lag_ms": {}}
+                            for c, n in partitions_per_cluster.items() for p in range(n)])
+    served.record(metrics)
+    partition_stale = [e for e in events if e.type == EventType.STALE and e.topic is not None]
+    message = {"seq": 1, "left": [], "history": 0, "events": len(events),
+               "stale": Counter(e.cluster for e in partition_stale), **partials(served).to_dict()}
+    rows.append({"kind": KIND_BUCKET, "partition": 0, "payload": json.dumps(message)})
+    return spark.createDataFrame([tuple(row.get(c) for c in OUTPUT_COLUMNS) for row in rows], schema=OUTPUT_SCHEMA)
+
+
+def read_topic(bootstrap: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                             consumer_timeout_ms=3000, isolation_level="read_committed")
+    try:
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic) or ()]
+        consumer.assign(parts)
+        consumer.seek_to_beginning(*parts)
+        end = consumer.end_offsets(parts)
+        out = []
+        while any(consumer.position(tp) < end[tp] for tp in parts):
+            for records in consumer.poll(timeout_ms=1000).values():
+                out.extend((r.key.decode(), json.loads(r.value)) for r in records)
+        return out
+    finally:
+        consumer.close()
+
+
+def test_a_task_that_may_have_written_before_writes_only_the_ids_not_written(cluster: LocalCluster,
+                                                                            topic_name: str) -> None:
+    """A task's first run writes its share; run again (a retry, or its micro-batch again) it reads back what this
+    micro-batch wrote since the recorded offsets and writes the rest; another micro-batch's records of the same
+    ids do not count as written."""
+    bootstrap = cluster.bootstrap_servers.split(",")
+    topic = f"{topic_name}.events"
+    config = ReplmonConfig(transport=TransportConfig(bootstrap_servers=bootstrap, events_topic=topic))
+    ensure_topic(config, topic)
+
+    def rows(*ns: int) -> pa.RecordBatch:
+        picked = [event(n, EventType.ISR_SHRINK, brokers=[3]) for n in ns]
+        return pa.RecordBatch.from_pydict({"event_id": [e.event_id for e in picked],
+                                           "payload": [e.model_dump_json() for e in picked]})
+
+    since: dict[int, int] = {}  # the topic is new: from its start
+    first = list(write_events(EventTarget(bootstrap, topic, {}, 7, since), iter([rows(1, 2)])))
+    other = list(write_events(EventTarget(bootstrap, topic, {}, 8, since), iter([rows(3)])))  # another batch
+    again = list(write_events(EventTarget(bootstrap, topic, {}, 7, since, again=True), iter([rows(1, 2, 3, 4)])))
+    written = [key for key, _ in read_topic(cluster.bootstrap_servers, topic)]
+    assert sorted(written) == ["e0001", "e0002", "e0003", "e0003", "e0004"]
+    def counted(out: list[pa.RecordBatch]) -> dict[str, int]:
+        [batch] = out
+        return dict(zip(batch.column("name").to_pylist(), batch.column("amount").to_pylist(), strict=True))
+
+    assert counted(again) == {"replmon_events_total": 2}  # e0003 and e0004 of batch 7, written now
+    assert counted(first) == {"replmon_events_total": 2} and counted(other) == {"replmon_events_total": 1}
+
+
+def test_events_leave_from_the_executors_once_each_and_a_replay_writes_none_again(
+    cluster: LocalCluster, spark: SparkSession, topic_name: str, tmp_path: Path,
+) -> None:
+    config = ReplmonConfig(
+        transport=TransportConfig(bootstrap_servers=cluster.bootstrap_servers.split(","),
+                                  events_topic=f"{topic_name}.events", quarantine_topic=f"{topic_name}.quarantine"),
+        stream=StreamConfig(checkpoint_dir=tmp_path / "checkpoint", history_dir=tmp_path / "history"))
+    exporter = JobExporter(series_budget=10)
+    stats = JobStats()
+    handler = StateBatchHandler(config, exporter, stats, BatchGate(), spark, "state")
+    # batch 1: a leader change and a committed loss in cluster c; cluster d silent (3 of its 4 partitions STALE);
+    # one STALE in c (of 10 partitions: not silent)
+    events = [event(1, EventType.LEADER_CHANGE, clean=False), event(2, EventType.DATA_LOSS, committed_lost=17),
+              event(3, EventType.STALE), *(event(10 + p, EventType.STALE, cluster="d") for p in range(3))]
+    batch = micro_batch(spark, events, {"c": 10, "d": 4})
+    handler(batch, 1)
+    handler(batch, 1)  # the same micro-batch again (the job stopped before its commit): nothing written twice
+    written = read_topic(cluster.bootstrap_servers, config.transport.events_topic)
+    ids = [key for key, _ in written]
+    assert len(ids) == len(set(ids)) == 4, ids
+    assert {"e0001", "e0002", "e0003"} <= set(ids)  # the executors' ones
+    [silent] = [e for _, e in written if e["cluster"] == "d"]  # d's three STALE events are one
+    assert silent["type"] == "STALE" and silent["topic"] is None and "3 partitions" in silent["message"]
+    counters = {name: dict(values) for name, values in exporter._counters.items()}
+    assert counters["replmon_events_total"] == {("c", "LEADER_CHANGE"): 1, ("c", "DATA_LOSS"): 1,
+                                                ("c", "STALE"): 1, ("d", "STALE"): 1}
+    assert counters["replmon_unclean_leader_elections_total"] == {("c", "t"): 1}
+    assert counters["replmon_committed_messages_lost_total"] == {("c", "t"): 17}
+    assert stats.events == 4
+    history = read_events(config.stream.history_dir)
+    assert sorted(history["event_id"]) == sorted(ids)
+    assert list(history.loc[history["event_id"] == "e0002", "committed_lost"]) == [17]
+    # the next micro-batch: written by the executors again
+    handler(micro_batch(spark, [event(4, EventType.ISR_SHRINK, brokers=[3])], {"c": 10, "d": 4}), 2)
+    later = [key for key, _ in read_topic(cluster.bootstrap_servers, config.transport.events_topic)]
+    assert sorted(later) == sorted([*ids, "e0004"])
+    assert exporter._counters["replmon_events_total"][("c", "ISR_SHRINK")] == 1
