@@ -48,13 +48,13 @@ class StateBatchHandler:
     two uses (computed once: the state is applied once)."""
 
     def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
-                 spark: SparkSession, query: str) -> None:
+                 spark: SparkSession, query: str, replaced: tuple[str, int] | None = None) -> None:
         self.exporter = exporter
         self.stats = stats
         self.gate = gate
         self.events = EventsPublisher(config)
         self.history = HistoryWriter(config.stream.history_dir, spark)
-        self.event_batches = EventBatches(spark, str(config.stream.checkpoint_dir), query)
+        self.event_batches = EventBatches(spark, str(config.stream.checkpoint_dir), query, replaced)
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
         with self.gate.batch(batch_id):

@@ -3,9 +3,9 @@ id once, and tells the driver what they add to the counters.
 
 A task's first run writes its events (idempotent producer, acks=all). A task that may have written before, a retry
 of the task (Spark runs a failed task again: an executor lost mid-write) or any task of a micro-batch that runs
-again (the job stopped or failed after its events began to go out), first reads back what the topic holds of this
-micro-batch since its first run began (the records carry the micro-batch's id in a header; where they began the
-driver recorded beside the checkpoint, :class:`streaming.sinks.EventBatches`) and writes only the ids not there.
+again (the job stopped or failed after its events began to go out), first reads back the ids the topic holds since
+its first run began (where, the driver recorded beside the checkpoint: :class:`streaming.sinks.EventBatches`) and
+writes only the ids not there. The records carry their micro-batch's id in a header, for whoever reads them.
 The counts are those of the events written now: a run again counts none twice.
 """
 
@@ -72,7 +72,8 @@ def _materialised(client: dict[str, Any], directory: str) -> dict[str, Any]:
 
 
 def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
-    """The ids of this micro-batch's events the topic holds since ``target.since``."""
+    """The event ids the topic holds since ``target.since`` (an id is one event, whichever micro-batch wrote it:
+    after a new state parallelism, another query's)."""
     import time
 
     from kafka import KafkaConsumer, TopicPartition
@@ -87,15 +88,13 @@ def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
         end = consumer.end_offsets(parts)
         for tp in parts:
             consumer.seek(tp, target.since.get(tp.partition, 0))
-        batch = str(target.batch_id).encode()
         ids: set[str] = set()
         deadline = time.monotonic() + READ_BACK_TIMEOUT_S
         while any(consumer.position(tp) < end[tp] for tp in parts):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"could not read back {target.topic} within {READ_BACK_TIMEOUT_S:.0f} s")
             for records in consumer.poll(timeout_ms=1000).values():
-                ids.update(r.key.decode() for r in records
-                           if r.key and (BATCH_HEADER, batch) in [(k, bytes(v)) for k, v in r.headers or ()])
+                ids.update(r.key.decode() for r in records if r.key)
         return ids
     finally:
         consumer.close()

@@ -89,9 +89,10 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     exporter = exporter or JobExporter(stream.series_budget)
     checkpoint = HadoopDirectory(spark, stream.checkpoint_dir)
     layout = resolve_layout(spark, checkpoint, stream.state_buckets, stream.state_parallelism)
-    seed, starting_offsets = None, None
+    seed, starting_offsets, replaced = None, None, None
     moved = layout.resharded_from
     if moved is not None and QueryLog(checkpoint, layout.query).last_committed() is None:
+        replaced = (moved.query, moved.batch)
         # a new state parallelism: the new query starts from the old one's last commit (streaming.reshard)
         starting_offsets = QueryLog(checkpoint, moved.query).source_offsets(moved.batch)
         seed = seed_state(spark, stream.checkpoint_dir, moved.query, moved.batch,
@@ -104,7 +105,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     spark.streams.addListener(ProgressListener(exporter))
     parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
-    state_handler = StateBatchHandler(config, exporter, stats, gate, spark, layout.query)
+    state_handler = StateBatchHandler(config, exporter, stats, gate, spark, layout.query, replaced)
     processor = ReplicationProcessor(DetectConfig.from_stream_config(stream), stream.series_budget)
     exporter.new_run()
     processed = (processor_input(parsed, layout.bucket_ids)

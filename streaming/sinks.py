@@ -111,24 +111,43 @@ class EventBatches:
     file per micro-batch beside the checkpoint (``<query>-events/<batch id>``, through the session's Hadoop
     filesystem). A micro-batch that finds its file runs again: its tasks read back from there what they wrote
     (:mod:`streaming.event_writer`). A micro-batch starts only after the one before it committed: the older files
-    go."""
+    go.
 
-    def __init__(self, spark: SparkSession, checkpoint_dir: str, query: str) -> None:
+    A state query that replaces another (a new state parallelism, :mod:`streaming.reshard`) starts where the old
+    one last committed: its first micro-batch may hold the events of the old one's micro-batch that never
+    committed, so it reads back from where that one's events began (``replaced``: the old query and its last
+    committed micro-batch)."""
+
+    def __init__(self, spark: SparkSession, checkpoint_dir: str, query: str,
+                 replaced: tuple[str, int] | None = None) -> None:
         self.directory = HadoopDirectory(spark, locations.join(checkpoint_dir, f"{query}-events"))
+        self.replaced = (None if replaced is None else
+                         (HadoopDirectory(spark, locations.join(checkpoint_dir, f"{replaced[0]}-events")),
+                          replaced[1]))
 
     def begin(self, batch_id: int, end: Callable[[], dict[int, int]]) -> tuple[dict[int, int], bool]:
-        """Where the micro-batch's events began (``end()``, recorded now, on its first run) and whether it ran
-        before."""
+        """Where the micro-batch's events began (``end()``, recorded now, on its first run) and whether they may
+        have gone out before."""
         names = self.directory.list()
         if str(batch_id) in names:
-            recorded = self.directory.read_bytes(str(batch_id)) or b"{}"
-            return {int(p): int(o) for p, o in json.loads(recorded).items()}, True
+            return self._read(self.directory, str(batch_id)), True
         for name in names:
             if name.isdigit() and int(name) < batch_id:
                 self.directory.delete(name)
         since = end()
+        again = False
+        if self.replaced is not None:
+            old, committed = self.replaced
+            self.replaced = None  # the first micro-batch with events only
+            uncommitted = [int(n) for n in old.list() if n.isdigit() and int(n) > committed]
+            if uncommitted:
+                since, again = self._read(old, str(min(uncommitted))), True
         self.directory.create(str(batch_id), json.dumps(since).encode())
-        return since, False
+        return since, again
+
+    @staticmethod
+    def _read(directory: HadoopDirectory, name: str) -> dict[int, int]:
+        return {int(p): int(o) for p, o in json.loads(directory.read_bytes(name) or b"{}").items()}
 
 
 class EventsPublisher:

@@ -24,7 +24,7 @@ from streaming.event_writer import EventTarget, write_events
 from streaming.exporter import JobExporter
 from streaming.processor import KIND_BUCKET, OUTPUT_COLUMNS, OUTPUT_SCHEMA, event_row
 from streaming.serving import ServedColumns, partials
-from streaming.sinks import read_events
+from streaming.sinks import EventBatches, read_events
 
 
 def event(n: int, type_: EventType, cluster: str = "c", topic: str | None = "t", **fields: Any) -> Event:
@@ -71,9 +71,9 @@ def read_topic(bootstrap: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
 
 def test_a_task_that_may_have_written_before_writes_only_the_ids_not_written(cluster: LocalCluster,
                                                                             topic_name: str) -> None:
-    """A task's first run writes its share; run again (a retry, or its micro-batch again) it reads back what this
-    micro-batch wrote since the recorded offsets and writes the rest; another micro-batch's records of the same
-    ids do not count as written."""
+    """A task's first run writes its share; run again (a retry, or its micro-batch again) it reads back the ids
+    written since the recorded offsets, whichever micro-batch wrote them (after a new state parallelism, the
+    replaced query's), and writes the rest."""
     bootstrap = cluster.bootstrap_servers.split(",")
     topic = f"{topic_name}.events"
     config = ReplmonConfig(transport=TransportConfig(bootstrap_servers=bootstrap, events_topic=topic))
@@ -86,15 +86,15 @@ def test_a_task_that_may_have_written_before_writes_only_the_ids_not_written(clu
 
     since: dict[int, int] = {}  # the topic is new: from its start
     first = list(write_events(EventTarget(bootstrap, topic, {}, 7, since), iter([rows(1, 2)])))
-    other = list(write_events(EventTarget(bootstrap, topic, {}, 8, since), iter([rows(3)])))  # another batch
+    other = list(write_events(EventTarget(bootstrap, topic, {}, 3, since), iter([rows(3)])))  # another query's
     again = list(write_events(EventTarget(bootstrap, topic, {}, 7, since, again=True), iter([rows(1, 2, 3, 4)])))
     written = [key for key, _ in read_topic(cluster.bootstrap_servers, topic)]
-    assert sorted(written) == ["e0001", "e0002", "e0003", "e0003", "e0004"]
+    assert sorted(written) == ["e0001", "e0002", "e0003", "e0004"]
     def counted(out: list[pa.RecordBatch]) -> dict[str, int]:
         [batch] = out
         return dict(zip(batch.column("name").to_pylist(), batch.column("amount").to_pylist(), strict=True))
 
-    assert counted(again) == {"replmon_events_total": 2}  # e0003 and e0004 of batch 7, written now
+    assert counted(again) == {"replmon_events_total": 1}  # e0004 alone, written now
     assert counted(first) == {"replmon_events_total": 2} and counted(other) == {"replmon_events_total": 1}
 
 
@@ -135,3 +135,18 @@ def test_events_leave_from_the_executors_once_each_and_a_replay_writes_none_agai
     later = [key for key, _ in read_topic(cluster.bootstrap_servers, config.transport.events_topic)]
     assert sorted(later) == sorted([*ids, "e0004"])
     assert exporter._counters["replmon_events_total"][("c", "ISR_SHRINK")] == 1
+
+
+def test_a_micro_batch_run_again_and_a_query_that_replaces_another_read_back_from_where_events_began(
+    spark: SparkSession, tmp_path: Path,
+) -> None:
+    old = EventBatches(spark, str(tmp_path), "state")
+    assert old.begin(5, lambda: {0: 10}) == ({0: 10}, False)
+    assert old.begin(6, lambda: {0: 20}) == ({0: 20}, False)  # 5 committed; 6 never does
+    assert old.begin(6, lambda: {0: 99}) == ({0: 20}, True)  # 6 again: from where its first run began
+    assert sorted(old.directory.list()) == ["6"]  # the committed ones' files go
+    new = EventBatches(spark, str(tmp_path), "state-1", replaced=("state", 5))
+    assert new.begin(0, lambda: {0: 30}) == ({0: 20}, True)  # it starts where 5 ended: 6's events, again
+    assert new.begin(1, lambda: {0: 40}) == ({0: 40}, False)
+    after_a_commit = EventBatches(spark, str(tmp_path), "state-2", replaced=("state", 6))
+    assert after_a_commit.begin(0, lambda: {0: 50}) == ({0: 50}, False)

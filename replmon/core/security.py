@@ -77,9 +77,11 @@ GRANTS: tuple[Grant, ...] = (
           "create the samples topic when it is missing", create_only=True),
     Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{samples_topic}", "READ",
           "Spark's Kafka source reads the samples (assign(), no consumer group)"),
-    Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{events_topic}", "WRITE", "publish events (idempotent producer)"),
+    Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{events_topic}", "WRITE",
+          "publish events (idempotent producers: the driver's and the executors')"),
     Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{events_topic}", "READ",
-          "read back the newest event ids after a restart, so that each event is published once"),
+          "read back the event ids already written (the newest at start, a micro-batch's own when it or one of its "
+          "tasks runs again), so that each event is published once"),
     Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{quarantine_topic}", "WRITE",
           "publish samples that fail validation, with their reason"),
     Grant(Role.JOB, Where.TRANSPORT, "TOPIC", "{events_topic}", "CREATE",
