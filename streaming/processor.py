@@ -18,6 +18,7 @@ import json
 import types
 import typing
 import uuid
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple, TypeVar
@@ -59,7 +60,7 @@ from streaming.detect import (
     step_partition_change,
     step_replica,
 )
-from streaming.serving import partials, ranked
+from streaming.serving import ServedColumns, partials, ranked
 from streaming.state import (
     BrokerRegistry,
     BucketValue,
@@ -362,29 +363,24 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     """What of a bucket call's output (:func:`_frame` rows) leaves the processor (:mod:`streaming.serving`): the
     quarantined records and events; the partition rows that are history snapshots or the bucket's candidates
     (``served``), with the rows of the partitions that became candidates without a sample (all of them for a run
-    the bucket has not told yet); and one :data:`KIND_BUCKET` row whose payload holds the bucket's aggregates,
-    the partitions no longer candidates, how many history rows and events the call gave (and of them partition
-    STALE events per cluster, for the driver to tell a silent cluster, :mod:`streaming.silence`) and the
-    message's sequence (in ``payload`` of the partition rows too: the driver
-    takes the newest word of a bucket on each partition).
+    the bucket has not told yet); and one :data:`KIND_BUCKET` row (:func:`_message`). The partition rows carry
+    the message's sequence in ``payload``: the driver takes the newest word of a bucket on each partition.
     Records every partition row's metrics in ``table.served``."""
     served = table.served
     told = served.run == run
     if not told:  # a state written before the served columns (format 2): its partitions join them now
-        missing = [partition_row(metrics_of(state)) for key in list(table) if key not in served.index
-                   and isinstance(state := table.peek(key), PartitionState)]
-        served.record(_frame(missing))
+        served.record(_frame([partition_row(metrics_of(state)) for key in list(table) if key not in served.index
+                              and isinstance(state := table.peek(key), PartitionState)]))
     is_partition = frame["kind"].to_numpy() == KIND_PARTITION
     metrics = frame[is_partition]
     rows = served.record(metrics)
-    columns = served.columns
-    before = columns["served"].copy()
+    before = served.columns["served"].copy()
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)
     sampled[rows] = True
-    entering = np.flatnonzero(top & ~sampled & (~before | (not told)))
+    entering = served.keys(np.flatnonzero(top & ~sampled & (~before | (not told))))
     left = served.keys(np.flatnonzero(before & ~top)) if told else []
-    columns["served"], served.run = top, run
+    served.columns["served"], served.run = top, run
     served.sent += 1
     seq = str(served.sent)
     history = metrics["history"].eq(True).to_numpy()
@@ -397,19 +393,26 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     kept = is_partition[keep]
     out["served"] = np.where(kept, flag[keep], None)
     out.loc[kept, "payload"] = seq
-    extra: list[dict[str, Any]] = []
-    for key in served.keys(entering):
-        state = table.peek(key)
-        if isinstance(state, PartitionState):
-            row = partition_row(metrics_of(state), history=False)
-            row.update(served=True, payload=seq)
-            extra.append(row)
+    extra = [partition_row(metrics_of(state), history=False) | {"served": True, "payload": seq}
+             for key in entering if isinstance(state := table.peek(key), PartitionState)]
+    extra.append(_message(served, frame, bucket, left, int(history.sum())))
+    if not len(out):
+        return _frame(extra)
+    with warnings.catch_warnings():  # all-null columns of one side: either dtype suits Arrow's output schema
+        warnings.simplefilter("ignore", FutureWarning)
+        return pd.concat([out, _frame(extra)], ignore_index=True)
+
+
+def _message(served: ServedColumns, frame: pd.DataFrame, bucket: int, left: list[PartitionKey], history: int
+             ) -> dict[str, Any]:
+    """A bucket's :data:`KIND_BUCKET` row: its aggregates, the partitions no longer candidates, how many history
+    rows and events the call gave (and of them partition STALE events per cluster, for the driver to tell a silent
+    cluster, :mod:`streaming.silence`), and the message's sequence."""
     events = [json.loads(p) for p in frame.loc[frame["kind"].to_numpy() == KIND_EVENT, "payload"]]
     stale = Counter(e["cluster"] for e in events if e["type"] == "STALE" and e.get("topic") is not None)
-    message = {"seq": served.sent, "left": left, "history": int(history.sum()), "events": len(events),
-               "stale": stale, **partials(served).to_dict()}
-    extra.append({"kind": KIND_BUCKET, "partition": bucket, "payload": json.dumps(message)})
-    return pd.concat([out, _frame(extra)], ignore_index=True) if len(out) else _frame(extra)
+    message = {"seq": served.sent, "left": left, "history": history, "events": len(events), "stale": stale,
+               **partials(served).to_dict()}
+    return {"kind": KIND_BUCKET, "partition": bucket, "payload": json.dumps(message)}
 
 
 Step = Callable[[str, int], None]

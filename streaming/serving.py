@@ -23,7 +23,6 @@ the candidates that moved and the events, whatever the number of partitions.
 from __future__ import annotations
 
 import itertools
-import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -252,7 +251,9 @@ class Partials:
 
     def to_dict(self) -> dict[str, dict[str, list[Any]]]:
         """Each scope's columns as lists (JSON's types; NaN: None)."""
-        return {scope: json.loads(frame.to_json(orient="split", index=False))
+        return {scope: {"columns": [str(c) for c in frame.columns],
+                        "data": [[None if isinstance(v, float) and v != v else v for v in row]
+                                 for row in zip(*(frame[c].tolist() for c in frame.columns), strict=True)]}
                 for scope, frame in self.scopes()}
 
     @classmethod
@@ -264,38 +265,49 @@ class Partials:
         return [("clusters", self.clusters), ("topics", self.topics), ("brokers", self.brokers)]
 
 
-def _sum_max(keys: dict[str, np.ndarray], sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
-             ) -> pd.DataFrame:
-    """Per distinct key (the ``keys`` arrays together): the sum of each of ``sums``, the largest of each of
-    ``maxes`` (NaN where a group has only NaN)."""
-    frame = pd.DataFrame({**keys, **sums, **maxes})
-    if frame.empty:
-        return frame
-    agg: dict[str, str] = {name: "sum" for name in sums} | {name: "max" for name in maxes}
-    return frame.groupby(list(keys), sort=True).agg(agg).reset_index()
+def _sum_max(codes: Ints, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarray]
+             ) -> tuple[Ints, dict[str, np.ndarray]]:
+    """Per distinct code: the sum of each of ``sums``, the largest of each of ``maxes`` (NaN where a group has only
+    NaN); returns the codes, ascending, and the columns (numpy: a bucket's call pays this every time)."""
+    groups, inverse = np.unique(codes, return_inverse=True)
+    columns: dict[str, np.ndarray] = {
+        name: np.bincount(inverse, weights=values, minlength=len(groups)).astype(np.int64)
+        for name, values in sums.items()}
+    if len(groups):
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(groups)))
+        for name, values in maxes.items():
+            columns[name] = np.fmax.reduceat(values[order], starts)
+    else:
+        columns.update({name: values[:0] for name, values in maxes.items()})
+    return groups, columns
 
 
 def partials(served: ServedColumns) -> Partials:
     """The bucket's aggregates (pure)."""
     c = served.columns
     names = np.array(served.names, dtype=object) if served.names else np.zeros(0, object)
-    cluster, topic = names[c["cluster_code"]], names[c["topic_code"]]
+    cluster_code = c["cluster_code"]
     ones = np.ones(len(served), np.int64)
     flags = {flag: c[flag].astype(np.int64) for flag in FLAGS}
-    clusters = _sum_max({"cluster": cluster}, {"partitions": ones, **flags},
-                        {"last_sample_time_ms": c["sample_time_ms"]})
+    codes, columns = _sum_max(cluster_code, {"partitions": ones, **flags},
+                              {"last_sample_time_ms": c["sample_time_ms"]})
+    clusters = pd.DataFrame({"cluster": names[codes], **columns})
     hw_lag = np.where(c["hw_lag"] == NULL, np.nan, c["hw_lag"].astype(np.float64))
-    topics = _sum_max({"cluster": cluster, "topic": topic},
-                      {"partitions": ones, **{flag: flags[flag] for flag in TOPIC_SUMS[1:]}},
-                      {"max_hw_lag": hw_lag})
+    codes, columns = _sum_max((cluster_code << 32) | c["topic_code"],
+                              {"partitions": ones, **{flag: flags[flag] for flag in TOPIC_SUMS[1:]}},
+                              {"max_hw_lag": hw_lag})
+    topics = pd.DataFrame({"cluster": names[codes >> 32], "topic": names[codes & 0xFFFFFFFF], **columns})
     valid = c["replica"] >= 0
     row, _slot = np.nonzero(valid)
     replica = c["replica"][valid]
-    brokers = _sum_max({"cluster": cluster[row], "broker": replica},
-                       {"replicas": np.ones(len(replica), np.int64),
-                        "leaders": (c["leader"][row] == replica).astype(np.int64),
-                        "out_of_isr": (~c["in_isr"][valid]).astype(np.int64)},
-                       {"max_lag": c["lag"][valid], "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
+    codes, columns = _sum_max((cluster_code[row] << 32) | (replica & 0xFFFFFFFF),
+                              {"replicas": np.ones(len(replica), np.int64),
+                               "leaders": (c["leader"][row] == replica).astype(np.int64),
+                               "out_of_isr": (~c["in_isr"][valid]).astype(np.int64)},
+                              {"max_lag": c["lag"][valid], "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
+    brokers = pd.DataFrame({"cluster": names[codes >> 32], "broker": (codes & 0xFFFFFFFF).astype(np.int32)
+                            .astype(np.int64), **columns})
     return Partials(clusters, topics, brokers)
 
 
