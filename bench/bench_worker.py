@@ -144,7 +144,7 @@ def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_fo
                 output = pd.concat([output, steady_frame(out.steady)], ignore_index=True) if len(output) else \
                     steady_frame(out.steady)
             if steady:  # what leaves the processor, as the processor chooses it (the design before had no choice)
-                output = serve(table, output, 0, SERIES_BUDGET, "bench")
+                output = serve(table, output, 0, SERIES_BUDGET, "bench", out.steady)
             pa.Table.from_pandas(output, schema=ARROW_OUTPUT, preserve_index=False, safe=False)
             t5 = clock()
             stored = pack(table) if steady else _pack_packed(table)

@@ -68,7 +68,7 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import steady_metrics, steady_step
+from streaming.steady import MATRICES, steady_metrics, steady_step
 from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -330,7 +330,7 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
 
 def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
     """The steady step's metrics as :func:`partition_row` gives them, a dict per partition (lists, not arrays)."""
-    names = list(steady)
+    names = [name for name in steady if name != MATRICES]
     values = [steady[name].tolist() if isinstance(steady[name], np.ndarray)
               else [x.tolist() if isinstance(x, np.ndarray) else x for x in steady[name]] for name in names]
     rows = []
@@ -345,7 +345,7 @@ def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
     """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column."""
     n = len(steady["partition"])
     columns: dict[str, Any] = {name: [None] * n for name in OUTPUT_COLUMNS}
-    columns.update(steady)
+    columns.update((name, values) for name, values in steady.items() if name != MATRICES)
     columns["kind"] = [KIND_PARTITION] * n
     return pd.DataFrame(columns, columns=OUTPUT_COLUMNS)
 
@@ -359,13 +359,15 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return frame
 
 
-def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str) -> pd.DataFrame:
+def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str,
+          steady: dict[str, Any] | None = None) -> pd.DataFrame:
     """What of a bucket call's output (:func:`_frame` rows) leaves the processor (:mod:`streaming.serving`): the
     quarantined records and events; the partition rows that are history snapshots or the bucket's candidates
     (``served``), with the rows of the partitions that became candidates without a sample (all of them for a run
     the bucket has not told yet); and one :data:`KIND_BUCKET` row (:func:`_message`). The partition rows carry
     the message's sequence in ``payload``: the driver takes the newest word of a bucket on each partition.
-    Records every partition row's metrics in ``table.served``."""
+    Records every partition row's metrics in ``table.served``; ``steady``: the steady step's metrics, whose rows
+    are the frame's last (recorded from their matrices)."""
     served = table.served
     told = served.run == run
     if not told:  # a state written before the served columns (format 2): its partitions join them now
@@ -373,7 +375,11 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
                               and isinstance(state := table.peek(key), PartitionState)]))
     is_partition = frame["kind"].to_numpy() == KIND_PARTITION
     metrics = frame[is_partition]
-    rows = served.record(metrics)
+    if steady is None:
+        rows = served.record(metrics)
+    else:
+        stepped = len(metrics) - len(steady["partition"])
+        rows = np.concatenate([served.record(metrics.iloc[:stepped]), served.record_steady(steady)])
     before = served.columns["served"].copy()
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)
@@ -485,7 +491,7 @@ class ReplicationProcessor(StatefulProcessor):
             if out.steady is not None:
                 frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True) if len(frame) else \
                     steady_frame(out.steady)
-            frame = serve(table, frame, bucket, self.series_budget, self.run)
+            frame = serve(table, frame, bucket, self.series_budget, self.run, out.steady)
             step("frame", len(frame))
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next

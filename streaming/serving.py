@@ -33,6 +33,7 @@ import numpy.typing as npt
 import pandas as pd
 
 from streaming.state import PartitionKey
+from streaming.steady import MATRICES
 
 Ints = npt.NDArray[np.int64]
 
@@ -158,13 +159,9 @@ class ServedColumns:
         return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
             c["cluster_code"][at].tolist(), c["topic_code"][at].tolist(), c["partition"][at].tolist(), strict=True)]
 
-    def record(self, metrics: pd.DataFrame) -> Ints:
-        """Each row of ``metrics`` (metrics rows, a partition once) in its partition's row; returns the rows."""
-        n = len(metrics)
-        if not n:
-            return np.zeros(0, np.int64)
-        keys = list(zip(metrics["cluster"].tolist(), metrics["topic"].tolist(),
-                        [int(p) for p in metrics["partition"].tolist()], strict=True))
+    def _rows(self, clusters: list[str], topics: list[str], partitions: list[int]) -> Ints:
+        """The rows of these partitions, new ones added."""
+        keys = list(zip(clusters, topics, partitions, strict=True))
         rows = np.array([self.index.get(key, -1) for key in keys], np.int64)
         added = np.flatnonzero(rows < 0)
         if len(added):
@@ -175,6 +172,22 @@ class ServedColumns:
             self.columns["cluster_code"][rows[added]] = [self._code(keys[i][0]) for i in added.tolist()]
             self.columns["topic_code"][rows[added]] = [self._code(keys[i][1]) for i in added.tolist()]
             self.columns["partition"][rows[added]] = [keys[i][2] for i in added.tolist()]
+        return rows
+
+    def _widen(self, width: int) -> None:
+        c = self.columns
+        if width > c["replica"].shape[1]:
+            for name in _MATRIX_COLUMNS:
+                c[name] = np.pad(c[name], ((0, 0), (0, width - c[name].shape[1])),
+                                 constant_values=-1 if name == "replica" else 0)
+
+    def record(self, metrics: pd.DataFrame) -> Ints:
+        """Each row of ``metrics`` (metrics rows, a partition once) in its partition's row; returns the rows."""
+        n = len(metrics)
+        if not n:
+            return np.zeros(0, np.int64)
+        rows = self._rows(metrics["cluster"].tolist(), metrics["topic"].tolist(),
+                          [int(p) for p in metrics["partition"].tolist()])
         c = self.columns
         for name in ("sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag"):
             c[name][rows] = _nullable(metrics[name])
@@ -183,11 +196,7 @@ class ServedColumns:
         replica, of = flat(metrics["replicas"])
         starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=n))[:-1]])
         slot = np.arange(len(replica), dtype=np.int64) - starts[of]
-        width = int(slot.max()) + 1 if len(slot) else 1
-        if width > c["replica"].shape[1]:
-            for name in _MATRIX_COLUMNS:
-                c[name] = np.pad(c[name], ((0, 0), (0, width - c[name].shape[1])),
-                                 constant_values=-1 if name == "replica" else 0)
+        self._widen(int(slot.max()) + 1 if len(slot) else 1)
         for name in _MATRIX_COLUMNS:
             c[name][rows] = -1 if name == "replica" else 0
         keys_ = _pair_keys(of, replica)
@@ -201,6 +210,35 @@ class ServedColumns:
         c["lag"][at, slot] = _lookup(keys_, _pair_keys(lag_of, lag_brokers), lags)
         c["isr_time_lag_ms"][at, slot] = np.where(
             in_isr, _lookup(keys_, _pair_keys(time_of, time_brokers), time_lags), 0)
+        return rows
+
+    def record_steady(self, steady: dict[str, Any]) -> Ints:
+        """The steady step's metrics (:func:`streaming.steady.steady_metrics`: every replica answered, the leader
+        among them) in their partitions' rows, from its matrices; returns the rows. What :meth:`record` makes of
+        the same metrics as rows (``tests/test_stream_serving.py``)."""
+        n = len(steady["partition"])
+        if not n:
+            return np.zeros(0, np.int64)
+        rows = self._rows(steady["cluster"], steady["topic"], np.asarray(steady["partition"]).tolist())
+        c = self.columns
+        for name in ("sample_time_ms", "leader", "health", "hw_lag"):
+            c[name][rows] = steady[name]
+        c["max_follower_lag"][rows] = [NULL if x is None else x for x in steady["max_follower_lag"]]
+        for name in FLAGS:
+            c[name][rows] = steady[name]
+        brokers, lag, time_lag = steady[MATRICES]
+        width = brokers.shape[1]
+        self._widen(width)
+        valid = brokers >= 0
+        in_isr = valid.copy()
+        for k in np.flatnonzero(np.asarray(steady["isr_size"]) < np.asarray(steady["replica_count"])).tolist():
+            in_isr[k] = np.isin(brokers[k], steady["isr"][k]) & valid[k]
+        for name in _MATRIX_COLUMNS:
+            c[name][rows] = -1 if name == "replica" else 0
+        c["replica"][rows, :width] = brokers
+        c["in_isr"][rows, :width] = in_isr
+        c["lag"][rows, :width] = np.where(valid, lag, 0)
+        c["isr_time_lag_ms"][rows, :width] = np.where(in_isr, time_lag, 0)
         return rows
 
     def _grow(self, count: int) -> None:

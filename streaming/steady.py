@@ -419,9 +419,15 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     return SteadyBatch(rows, {name: [values[k] for k in picked] for name, values in gathered.lists.items()}, history)
 
 
+MATRICES = "_matrices"
+"""The key of :func:`steady_metrics`'s replicas as matrices (brokers, -1 where a row has fewer; each one's lag, 0
+for the leader; its time lag): not a metric, for :meth:`streaming.serving.ServedColumns.record_steady`."""
+
+
 def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]:
     """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (lists and arrays) under the
-    metrics' field names: what :func:`streaming.detect.metrics_of` gives for each row's state."""
+    metrics' field names: what :func:`streaming.detect.metrics_of` gives for each row's state; and the replicas'
+    as matrices under :data:`MATRICES`."""
     c = columns.columns
     rows = batch.rows
     n = len(rows)
@@ -494,4 +500,5 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
         "elr": [[] if x is None else x for x in lists["elr"]],
         "last_known_elr": [[] if x is None else x for x in lists["last_known_elr"]],
         "follower_time_lag_ms": follower_time_lag, "history": batch.history,
+        MATRICES: (brokers, np.where(followers, lag, 0), time_lag),
     }

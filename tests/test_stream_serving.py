@@ -10,6 +10,7 @@ import random
 from collections import defaultdict
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -181,19 +182,20 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                 calls.append("timer")
             for call in calls:
                 table = unpack(buckets[bucket])
+                steady = None
                 if call == "samples":
                     chosen = [p for p in range(bucket, 36, 3) if rng.random() < 0.7]
                     table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), CFG, now_ms,
                                               copy=False)
-                    frame = _frame(out.rows)
-                    if out.steady is not None:
-                        frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True)
+                    frame, steady = _frame(out.rows), out.steady
+                    if steady is not None:
+                        frame = pd.concat([frame, steady_frame(steady)], ignore_index=True)
                 else:
                     table, rows = expire_bucket(table, CFG, now_ms)
                     frame = _frame(rows)
                 for row in frame[frame["kind"] == KIND_PARTITION].to_dict("records"):
                     newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
-                outputs.append(serve(table, frame, bucket, budget, run))
+                outputs.append(serve(table, frame, bucket, budget, run, steady))
                 buckets[bucket] = pack(table)
         if not outputs:
             continue
@@ -230,3 +232,31 @@ def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_
     assert Partials.from_dict(message).clusters["partitions"].tolist() == [6]
     served = output[(output["kind"] == KIND_PARTITION) & output["served"].eq(True)]
     assert sorted(served["partition"].astype(int)) == list(range(6))
+
+
+def test_the_steady_step_s_metrics_recorded_from_their_matrices_are_those_recorded_as_rows() -> None:
+    """The served columns of steady samples, from the steady step's matrices, equal those of the same metrics as
+    output rows (ISR shrunk and full, lags, time lags)."""
+    def steady_sample(partition: int, cycle: int) -> dict[str, Any]:  # membership kept, offsets moving
+        isr = [1, 2] if partition % 4 == 0 else [1, 2, 3]
+        hw = 1_000 + 100 * cycle
+        leos = {1: hw + partition, 2: hw + partition % 7, 3: hw - 50 if 3 not in isr else hw + 2}
+        s = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=1_000_000 + cycle * 4000,
+                            topic=f"t{partition % 3}", partition=partition, leader=1, leader_epoch=0,
+                            replicas=[1, 2, 3], isr=isr, high_watermark=hw, min_insync_replicas=2,
+                            replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in leos.items()])
+        return json.loads(to_json(s))
+
+    table = ColumnarTable()
+    for cycle in range(1, 8):
+        table, out = apply_bucket(table, records([steady_sample(p, cycle) for p in range(40)]), CFG,
+                                  2_000_000 + cycle * 4000, copy=False)
+        table = unpack(pack(table))
+    assert out.steady is not None and len(out.steady["partition"]) == 40
+    assert min(out.steady["isr_size"]) < 3  # steady with a shrunk ISR too
+    fast, plain = ServedColumns.empty(), ServedColumns.empty()
+    fast.record_steady(out.steady)
+    plain.record(steady_frame(out.steady))
+    assert fast.names == plain.names
+    for name, column in plain.columns.items():
+        assert np.array_equal(fast.columns[name], column), name
