@@ -8,6 +8,7 @@ import contextlib
 import json
 import threading
 import time
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,7 +66,7 @@ class StateBatchHandler:
                 batch.unpersist()
 
     def handle(self, batch: DataFrame, batch_id: int) -> None:
-        out: pd.DataFrame = batch.filter(F.col("kind").isin(KIND_QUARANTINE, KIND_BUCKET) | F.col("served")).toPandas()
+        out = collect(batch.filter(F.col("kind").isin(KIND_QUARANTINE, KIND_BUCKET) | F.col("served")))
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
@@ -104,7 +105,7 @@ class StateBatchHandler:
         self.history.write_event_rows(rest)
         if silent:
             groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
-            stale: pd.DataFrame = events.filter(silenced).select("payload").toPandas()
+            stale = collect(events.filter(silenced).select("payload"))
             for payload in stale["payload"]:
                 event = json.loads(payload)
                 groups[event["cluster"]].append(event)
@@ -121,6 +122,14 @@ class StateBatchHandler:
         self.events.quarantine(bad)
         for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
+
+
+def collect(frame: DataFrame) -> pd.DataFrame:
+    """``frame.toPandas()``. A collect that fails (a stop cancels its job) raises; PySpark also prints the error
+    as a warning first, Java stack included: not here (:class:`BatchGate` makes the stop's error a short one)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization", category=UserWarning)
+        return frame.toPandas()
 
 
 @dataclass
