@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from dashboards.build import build_all
+from replmon.testbed.harness import metric
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster, NodeState
 from replmon.testbed.workload import SequencedProducer
@@ -79,15 +80,20 @@ def test_paused_follower_gives_isr_shrink_the_gauge_drop_and_the_alert_then_expa
     assert not prometheus.alerts(UNDER_REPLICATED, topic=e2e_topic)
 
     healthy_cluster.pause(3)
-    paused_at = time.monotonic()
+    paused_at = time.time()
     wait_until(lambda: 3 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
     # the follower's time lag: since the pause, as the producer's messages pile up on the leader. The metric is of
-    # a sample up to FRESH_S old once the job keeps up (on a loaded machine it may lag further: wait for a fresh
-    # one), and the follower's last LEO was read up to a sampling interval before the pause
+    # a sample: it is compared with how long the follower had been paused when the collector took that sample (the
+    # cluster's newest sample time: the partition's, or up to a cycle newer), however late the job is on a loaded
+    # machine; the follower's last LEO was read up to a sampling interval before the pause
     def lag_and_pause() -> tuple[float, float] | None:
-        lag = pipeline.metric("replmon_replica_lag_seconds", topic=e2e_topic, partition="0", broker="3")
-        paused_for = time.monotonic() - paused_at
-        return (lag, paused_for) if lag is not None and lag >= paused_for - FRESH_S else None
+        scraped = pipeline.scrape()
+        lag = metric(scraped, "replmon_replica_lag_seconds", topic=e2e_topic, partition="0", broker="3")
+        sampled = metric(scraped, "replmon_cluster_last_sample_timestamp_seconds", cluster="local")
+        if lag is None or sampled is None:
+            return None
+        paused_for = sampled - paused_at
+        return (lag, paused_for) if paused_for >= 2 * FRESH_S and lag >= paused_for - FRESH_S else None
 
     time_lag, paused_for = wait_until(lag_and_pause, DEADLINE_S, "a time lag of broker 3 that follows the pause")
     assert time_lag <= paused_for + 1.5, (time_lag, paused_for)
