@@ -28,6 +28,9 @@ COUNT_SCHEMA = "name string, labels string, amount long"
 """The rows a task gives back: what its written events add to each counter (labels as a JSON list)."""
 COUNTS = pa.schema([("name", pa.string()), ("labels", pa.string()), ("amount", pa.int64())])
 PEM_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
+PRODUCER_SETTINGS: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": 20,
+                                     "compression_type": "zstd", "client_id": "replmon-job-events"}
+"""The events producer's settings (kafka-python), the driver's and the executors' alike."""
 READ_BACK_TIMEOUT_S = 120.0
 
 
@@ -117,8 +120,7 @@ def write_events(target: EventTarget, batches: Iterator[pa.RecordBatch]) -> Iter
     with tempfile.TemporaryDirectory(prefix="replmon-events-") as directory:
         client = _materialised(target.client, directory)
         skip = written_ids(target, client) if target.again or (context and context.attemptNumber() > 0) else set()
-        producer = KafkaProducer(bootstrap_servers=target.bootstrap, acks="all", enable_idempotence=True,
-                                 linger_ms=20, compression_type="zstd", client_id="replmon-job-events", **client)
+        producer = KafkaProducer(bootstrap_servers=target.bootstrap, **PRODUCER_SETTINGS, **client)
         try:
             headers = [(BATCH_HEADER, str(target.batch_id).encode())]
             sent = [(event_id, payload) for event_id, payload in zip(ids, payloads, strict=True)

@@ -30,6 +30,7 @@ from replmon.core import locations
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
+from streaming.event_writer import PRODUCER_SETTINGS
 from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)
@@ -161,9 +162,8 @@ class EventsPublisher:
         self.recent = RecentIds()
         for event_id in read_back_ids(config, self.topic):
             self.recent.add(event_id)
-        self.producer = KafkaProducer(bootstrap_servers=config.samples_bootstrap(), acks="all",
-                                      enable_idempotence=True, linger_ms=20, compression_type="zstd",
-                                      client_id="replmon-job-events", **config.samples_security().kafka_python())
+        self.producer = KafkaProducer(bootstrap_servers=config.samples_bootstrap(), **PRODUCER_SETTINGS,
+                                      **config.samples_security().kafka_python())
         self.bootstrap = config.samples_bootstrap()
         self.client = config.samples_security().kafka_python()
 
