@@ -58,6 +58,8 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from bench.docsection import write_section  # noqa: E402
+from collectors.publisher import BATCH_GROUPS, BATCH_MAX_ENTRIES  # noqa: E402
+from replmon.contracts.batches import decode_batch, is_batch  # noqa: E402
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, parse_sample, to_json  # noqa: E402
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
 from replmon.core.kafka_topics import ensure_topic  # noqa: E402
@@ -68,6 +70,7 @@ from replmon.testbed.localcluster.artifacts import java_executable, kafka_libs  
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "bench_stream.png"
 PRODUCER = Path(__file__).resolve().parent / "SampleProducer.java"
+BATCH_PRODUCER = Path(__file__).resolve().parent / "batch_producer.py"
 PER_TOPIC = 1000
 CLUSTER = "bench"
 SAMPLES_TOPIC = "bench.samples"
@@ -148,19 +151,80 @@ class ProducerRun:
 
 
 def start_producer(work: Path, bootstrap: str, name: str, partitions: int, first_cycle: int, *, cycles: int = 0,
-                   rate: float = 0, duration: float = 0, churn: int = 0) -> ProducerRun:
-    template = work / "template.json"
-    if not template.exists():
-        template.write_text(sample_template())
+                   rate: float = 0, duration: float = 0, churn: int = 0, transport: str = "json") -> ProducerRun:
+    """The workload's producer in its own process: JSON records from the Java producer, or ``partition_batch/v1``
+    records from bench/batch_producer.py (acknowledged offsets and entries in ``offsets-NAME.txt``)."""
     out = work / f"producer-{name}.log"
-    args = {"template": template, "bootstrap": bootstrap, "topic": SAMPLES_TOPIC, "cluster": CLUSTER,
-            "topics": max(1, partitions // PER_TOPIC), "per_topic": min(PER_TOPIC, partitions),
-            "first_cycle": first_cycle, "cycles": cycles, "rate": rate, "duration": duration, "churn": churn}
-    cmd = [java_executable(), "-Xmx512m", "-XX:+UseSerialGC", "-cp", f"{kafka_libs()}/*", str(PRODUCER),
-           *(f"{k}={v}" for k, v in args.items())]
+    args: dict[str, Any] = {"bootstrap": bootstrap, "topic": SAMPLES_TOPIC, "cluster": CLUSTER,
+                            "topics": max(1, partitions // PER_TOPIC), "per_topic": min(PER_TOPIC, partitions),
+                            "first_cycle": first_cycle, "cycles": cycles, "rate": rate, "duration": duration,
+                            "churn": churn}
+    if transport == "batch":
+        cmd = [sys.executable, str(BATCH_PRODUCER), f"offsets={work / f'offsets-{name}.txt'}"]
+    else:
+        template = work / "template.json"
+        if not template.exists():
+            template.write_text(sample_template())
+        args["template"] = template
+        cmd = [java_executable(), "-Xmx512m", "-XX:+UseSerialGC", "-cp", f"{kafka_libs()}/*", str(PRODUCER)]
     with out.open("w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen([*cmd, *(f"{k}={v}" for k, v in args.items())], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return ProducerRun(proc, out)
+
+
+class SampleCounts:
+    """How many samples a range of the samples topic's offsets holds: one per JSON record; for batch records, what
+    the batch producer logged for each acknowledged record (``offsets-*.txt``)."""
+
+    def __init__(self, work: Path, transport: str) -> None:
+        self.work, self.transport = work, transport
+        self.cumulative: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self.read_lines = -1
+
+    def _load(self) -> None:
+        lines = [line.split() for path in sorted(self.work.glob("offsets-*.txt"))
+                 for line in path.read_text().splitlines() if line]
+        if len(lines) == self.read_lines:
+            return
+        self.read_lines = len(lines)
+        by_partition: dict[int, list[tuple[int, int]]] = {}
+        for kafka_partition, offset, entries in lines:
+            by_partition.setdefault(int(kafka_partition), []).append((int(offset), int(entries)))
+        self.cumulative = {}
+        for number, pairs in by_partition.items():
+            pairs.sort()
+            offsets = np.array([o for o, _ in pairs], np.int64)
+            self.cumulative[number] = (offsets, np.concatenate([[0], np.cumsum([n for _, n in pairs])]))
+
+    def before(self, partition: int, offset: int) -> int:
+        """Samples in the records of ``partition`` below ``offset``."""
+        if self.transport != "batch":
+            return offset
+        if not self.cumulative:
+            self._load()
+        offsets, sums = self.cumulative.get(partition, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
+        return int(sums[np.searchsorted(offsets, offset)])
+
+    def at(self, offsets: Mapping[int, int]) -> int:
+        """Samples in the records below ``offsets`` (by Kafka partition)."""
+        self._load()
+        return sum(self.before(p, o) for p, o in offsets.items())
+
+    def annotate(self, progress: dict[str, Any]) -> dict[str, Any]:
+        """The progress with ``numInputRows`` counted in samples (Spark's count of records kept as
+        ``numInputRecords``)."""
+        if self.transport != "batch" or not progress.get("numInputRows"):
+            return {**progress, "numInputRecords": progress.get("numInputRows", 0)}
+        self._load()
+        samples = 0
+        for source in progress.get("sources", []):
+            ends = [json.loads(o) if isinstance(o, str) else o for o in (source.get("startOffset"),
+                                                                       source.get("endOffset"))]
+            start, end = ((o or {}).get(SAMPLES_TOPIC, {}) for o in ends)
+            samples += sum(self.before(int(p), int(e)) - self.before(int(p), int(start.get(p, 0)))
+                           for p, e in end.items())
+        return {**progress, "numInputRecords": progress["numInputRows"], "numInputRows": samples}
 
 
 # ---------------------------------------------------------------- measuring the job
@@ -182,25 +246,34 @@ class ProgressLog:
             return list(self.by_name.get(name, []))
 
 
-def consumed(progress: dict[str, Any]) -> int:
-    """Records of the samples topic a query has read up to the end of this batch."""
-    total = 0
+def end_offsets(progress: dict[str, Any]) -> dict[int, int]:
+    """The samples topic's offsets a query has read up to at the end of this batch, by Kafka partition."""
+    out: dict[int, int] = {}
     for source in progress.get("sources", []):
         end = source.get("endOffset")
         offsets = json.loads(end) if isinstance(end, str) else end
-        total += sum(int(v) for v in (offsets or {}).get(SAMPLES_TOPIC, {}).values())
-    return total
+        out |= {int(p): int(v) for p, v in (offsets or {}).get(SAMPLES_TOPIC, {}).items()}
+    return out
 
 
-def topic_end(bootstrap: str) -> int:
+def consumed(progress: dict[str, Any]) -> int:
+    """Records of the samples topic a query has read up to the end of this batch."""
+    return sum(end_offsets(progress).values())
+
+
+def topic_ends(bootstrap: str) -> dict[int, int]:
     from kafka import KafkaConsumer, TopicPartition
 
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     try:
         tps = [TopicPartition(SAMPLES_TOPIC, p) for p in consumer.partitions_for_topic(SAMPLES_TOPIC) or ()]
-        return sum(consumer.end_offsets(tps).values())
+        return {tp.partition: int(end) for tp, end in consumer.end_offsets(tps).items()}
     finally:
         consumer.close()
+
+
+def topic_end(bootstrap: str) -> int:
+    return sum(topic_ends(bootstrap).values())
 
 
 def check_topic_records(bootstrap: str, count: int = 20) -> None:
@@ -212,9 +285,14 @@ def check_topic_records(bootstrap: str, count: int = 20) -> None:
     try:
         seen = 0
         for record in consumer:
-            sample = parse_sample(record.value)
-            assert isinstance(sample, PartitionSample) and record.key == \
-                f"{sample.cluster}/{sample.topic}/{sample.partition}".encode()
+            if is_batch(record.value):  # every entry a valid PartitionSample, under the collector's key
+                decoded = [parse_sample(json.dumps(entry)) for entry in decode_batch(record.value)]
+                assert all(isinstance(d, PartitionSample) and record.key.startswith(f"{d.cluster}/#".encode())
+                           for d in decoded) and decoded, record.key
+            else:
+                sample = parse_sample(record.value)
+                assert isinstance(sample, PartitionSample) and record.key == \
+                    f"{sample.cluster}/{sample.topic}/{sample.partition}".encode()
             seen += 1
             if seen >= count:
                 return
@@ -336,7 +414,8 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                 if TimedProcessor._calls % 64 == 0:  # type: ignore[attr-defined]
                     prof.dump_stats(f"{self.out_dir}/prof-{os.getpid()}.pstats")
             with open(f"{self.out_dir}/worker-{os.getpid()}.jsonl", "a") as f:
-                f.write(json.dumps({"t": time.time(), "rows_in": counts["input"], "rows_out": counts["process"],
+                # partitions sampled (the processor's outputs): an input row is a batch's share of a bucket
+                f.write(json.dumps({"t": time.time(), "rows_in": counts["process"], "rows_out": counts["frame"],
                                     "partitions": counts["save"], **spent}) + "\n")
             yield frame
 
@@ -392,6 +471,17 @@ def memory(spark: Any) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------- figures
+
+
+def records_for(samples: int, partitions: int, transport: str) -> int:
+    """Kafka records that hold about ``samples`` samples (maxOffsetsPerTrigger counts records): one sample each
+    as JSON; as batches, a cycle of ``partitions`` takes the collector's records of at most
+    ``BATCH_MAX_ENTRIES`` in each of ``BATCH_GROUPS`` groups."""
+    if transport != "batch":
+        return samples
+    per_group = -(-partitions // BATCH_GROUPS)
+    per_record = partitions / (BATCH_GROUPS * -(-per_group // BATCH_MAX_ENTRIES))
+    return max(1, round(samples / per_record))
 
 
 def first_cycle_batches(partitions: int, batch: int) -> int:
@@ -535,7 +625,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     try:
         bootstrap = cluster.bootstrap_servers
 
-        def config_for(phase: str, starting: str, max_offsets: int, stale_after_s: float = 0) -> ReplmonConfig:
+        def config_for(phase: str, starting: str, max_samples: int, stale_after_s: float = 0,
+                       partitions: int = args.partitions) -> ReplmonConfig:
+            """The job's configuration for a phase; ``max_samples`` per micro-batch, as Kafka records."""
+            max_offsets = records_for(max_samples, partitions, args.transport)
             return ReplmonConfig(
                 transport=TransportConfig(bootstrap_servers=bootstrap.split(","), samples_topic=SAMPLES_TOPIC,
                                           events_topic="bench.events", quarantine_topic="bench.quarantine",
@@ -553,12 +646,13 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         # 1. backlog
         started = time.monotonic()
         sent, seconds, backlog = fill_backlog(work, bootstrap, args.partitions, args.backlog_cycles, args.churn,
-                                              producers)
-        results["backlog"] = backlog
+                                              producers, args.transport)
+        counts = SampleCounts(work, args.transport)
+        results["backlog"] = counts.at(topic_ends(bootstrap))
         print(f"backlog: {sent:,} samples produced in {seconds:.1f}s ({sent / seconds:,.0f}/s); topic holds "
-              f"{backlog:,}", flush=True)
-        if backlog != sent:
-            raise RuntimeError(f"topic holds {backlog} records, {sent} sent")
+              f"{results['backlog']:,} in {backlog:,} records", flush=True)
+        if results["backlog"] != sent:
+            raise RuntimeError(f"topic holds {results['backlog']} samples, {sent} sent")
 
         spark = get_session(config.stream, app_name="replmon-bench")
         print(f"spark session up {time.monotonic() - started:.0f}s after the start", flush=True)
@@ -572,7 +666,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def of_run(query: Any) -> list[dict[str, Any]]:
             run_id = str(query.runId)
-            return [p for p in log.get(query.name) if p.get("runId") == run_id]
+            return [counts.annotate(p) for p in log.get(query.name) if p.get("runId") == run_id]
 
         cycle_batches = results["first_cycle_batches"] = first_cycle_batches(args.partitions, args.backlog_batch)
         skip = results["skipped_batches"] = max(WARMUP_BATCHES, cycle_batches)
@@ -616,7 +710,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             read_until(baseline, backlog, args.phase_timeout, baseline_alive, args.warmup_timeout)
             baseline.stop()
             progress = of_run(baseline)
-            out: dict[str, Any] = {"read": consumed(progress[-1]) if progress else 0,
+            out: dict[str, Any] = {"read": counts.at(end_offsets(progress[-1])) if progress else 0,
                                    "first_s": progress[0]["batchDuration"] / 1000 if progress else float("nan")}
             out["rate"], out["batches"], out["series"] = capacity(progress, skip)
             print(f"baseline ({run}): {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
@@ -634,8 +728,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         profile_dir.mkdir()
         bench_classes(latency, timings, profile_dir, args.cprofile)
 
-        def new_job(phase: str, starting: str, max_offsets: int, stale_after_s: float = 0) -> RunningJob:
-            cfg = config_for(phase, starting, max_offsets, stale_after_s)
+        def new_job(phase: str, starting: str, max_samples: int, stale_after_s: float = 0,
+                    partitions: int = args.partitions) -> RunningJob:
+            cfg = config_for(phase, starting, max_samples, stale_after_s, partitions)
             job = start_job(spark, cfg, exporter=globals()["BenchExporter"](cfg.stream.series_budget))
             jobs.append(job)
             return job
@@ -655,7 +750,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         backlog_done = time.time()
         job.stop()
         progress = of_run(state_query)
-        results["job_read"] = consumed(progress[-1]) if progress else 0
+        results["job_read"] = counts.at(end_offsets(progress[-1])) if progress else 0
         results["job_rate"], results["job_batches"], results["job_series"] = capacity(progress, skip)
         # the first cycle after the first batch (warm-up)
         results["job_first_cycle_rate"] = rows_per_s([p for p in progress if p["numInputRows"]][1:cycle_batches])
@@ -668,9 +763,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["baselines"].append(run_baseline("baseline-after"))
         results["baseline_rate"] = float(np.mean([b["rate"] for b in results["baselines"]]))
 
-        def start_from_latest(phase: str, max_offsets: int, stale_after_s: float = 0) -> RunningJob:
+        def start_from_latest(phase: str, max_samples: int, stale_after_s: float = 0,
+                              partitions: int = args.partitions) -> RunningJob:
             """A fresh job reading from the end of the topic: wait for its first (empty) batch."""
-            job = new_job(phase, "latest", max_offsets, stale_after_s)
+            job = new_job(phase, "latest", max_samples, stale_after_s, partitions)
             deadline = time.monotonic() + 120
             while not of_run(job.queries[0]) and time.monotonic() < deadline:
                 alive_of(job)()
@@ -692,14 +788,15 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             latency.reset()
             latency.recording = True
             run_ = start_producer(work, bootstrap, phase, args.partitions, first_cycle, rate=rate,
-                                  duration=duration, churn=args.churn)
+                                  duration=duration, churn=args.churn, transport=args.transport)
             producers.append(run_)
             sent, seconds, series = run_.wait(timeout_s=duration + 120)
             out["sent"], out["seconds"] = sent, seconds
             out["cycles"] = int(seconds * rate / args.partitions) + 2
             out["producer_series"] = [(t, (n - n0) / (t - t0_)) for (t0_, n0), (t, n) in itertools.pairwise(series)
                                       if t > t0_]
-            live_end_offset = topic_end(bootstrap)
+            live_ends = topic_ends(bootstrap)
+            live_end_offset = sum(live_ends.values())
             produced_until = time.time()
             read_until(state_query, live_end_offset, args.drain, alive_of(job))
             latency.recording = False
@@ -714,7 +811,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     # between the newest sample of the previous batch and the newest of this one
                     spread = np.linspace(b["previous_newest"], b["newest"], input_rows[int(b["batch_id"])])
                     latency.add(latency.per_sample, b["t"] - spread)
-            out["lag_at_end"] = live_end_offset - (consumed(of_run(state_query)[-1]) if of_run(state_query) else 0)
+            out["lag_at_end"] = counts.at(live_ends) - (counts.at(end_offsets(of_run(state_query)[-1]))
+                                                        if of_run(state_query) else 0)
             steady = [p for p in live if live_start + 10 <= pd.Timestamp(p["timestamp"]).timestamp()
                       <= produced_until]
             span = (pd.Timestamp(steady[-1]["timestamp"]).timestamp() + steady[-1]["batchDuration"] / 1000
@@ -752,10 +850,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             first_cycle += results["kept"]["cycles"]
 
         # 5. memory with --heap-partitions tracked, by a fresh job
-        job = start_from_latest("memory", args.backlog_batch)
+        job = start_from_latest("memory", args.backlog_batch, partitions=args.heap_partitions)
         state_query = job.queries[0]
         run_ = start_producer(work, bootstrap, "memory", args.heap_partitions, first_cycle, cycles=1,
-                              churn=args.churn)
+                              churn=args.churn, transport=args.transport)
         producers.append(run_)
         run_.wait(timeout_s=600)
         end = topic_end(bootstrap)
@@ -929,11 +1027,12 @@ def spark_setting(text: str) -> tuple[str, str]:
 
 
 def fill_backlog(work: Path, bootstrap: str, partitions: int, cycles: int, churn: int,
-                 producers: list[Any]) -> tuple[int, float, int]:
+                 producers: list[Any], transport: str = "json") -> tuple[int, float, int]:
     """``cycles`` cycles of ``partitions`` samples written to the samples topic by the producer JVM (added to
     ``producers``, for the caller to stop); returns the samples sent, the seconds it took and the topic's end,
     the records checked."""
-    producer = start_producer(work, bootstrap, "backlog", partitions, 0, cycles=cycles, churn=churn)
+    producer = start_producer(work, bootstrap, "backlog", partitions, 0, cycles=cycles, churn=churn,
+                              transport=transport)
     producers.append(producer)
     sent, seconds, _ = producer.wait(timeout_s=600)
     backlog = topic_end(bootstrap)
@@ -954,6 +1053,9 @@ def job_arguments(parser: argparse.ArgumentParser, backlog_batch_help: str) -> N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100_000)
+    parser.add_argument("--transport", choices=("batch", "json"), default="batch",
+                        help="the samples' format: partition_batch/v1 records (the collector's default) or a JSON "
+                             "record per sample")
     parser.add_argument("--rate", type=float, default=100_000, help="samples/s offered in the live phase")
     parser.add_argument("--duration", type=float, default=120, help="seconds of the live phase")
     parser.add_argument("--kept-fraction", type=float, default=0.3,

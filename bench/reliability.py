@@ -139,7 +139,9 @@ def reference(bootstrap: str, samples_topic: str, cfg: DetectConfig, topics: set
     last: dict[Key, int] = {}
     for key, samples in by_key.items():
         state: PartitionState | None = None
-        for sample in samples:
+        # time order, as the job takes them: in a topic of JSON records and batches (an upgrade) a partition's
+        # samples are in two Kafka partitions, read one after the other
+        for sample in sorted(samples, key=lambda s: (s.sample_time_ms, s.cycle)):
             state, found, _ = step(state, sample, cfg)
             for event in found:
                 events[event.event_id] = event.model_dump(mode="json")

@@ -81,8 +81,10 @@ def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
 
     from kafka import KafkaConsumer, TopicPartition
 
+    # a ``since`` below the log's start (the retention took it) reads from the log's first record
     consumer = KafkaConsumer(bootstrap_servers=target.bootstrap, enable_auto_commit=False, group_id=None,
-                             isolation_level="read_committed", client_id="replmon-events-read-back", **client)
+                             isolation_level="read_committed", client_id="replmon-events-read-back",
+                             auto_offset_reset="earliest", **client)
     try:
         parts = [TopicPartition(target.topic, p) for p in sorted(consumer.partitions_for_topic(target.topic) or ())]
         if not parts:

@@ -21,6 +21,7 @@ import uuid
 import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 import numpy as np
@@ -68,7 +69,7 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import MATRICES, steady_metrics, steady_step
+from streaming.steady import MATRICES, MEMBERSHIP, SteadyBatch, steady_metrics, steady_step
 from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -208,8 +209,8 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     event, and the newest metrics of each partition that got a partition sample or a change from the metadata log,
     a history snapshot when any of its steps called for one (:func:`history_due`; a metadata-log change always).
 
-    With a :class:`ColumnarTable`, the partition samples that are their partition's only record in the micro-batch
-    and change only offsets are applied to the steady columns at once (:mod:`streaming.steady`); every other record
+    With a :class:`ColumnarTable`, the partition samples that change only offsets are applied to the steady columns
+    at once (:mod:`streaming.steady`, a round per sample of a partition: :func:`_apply_steady`); every other record
     takes its step of :mod:`streaming.detect`, in time order. ``copy=False`` changes ``table`` itself (the
     processor's, loaded for this micro-batch alone), instead of a copy of it."""
     bad = samples["kind"] == QUARANTINED
@@ -224,12 +225,15 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
-    steady: dict[str, Any] | None = None
-    moved: set[PartitionKey] = set()
+    part = SteadyPart()
     if isinstance(table, ColumnarTable) and len(table.steady):
-        steady, moved = _apply_steady(table, kinds, parsed, entries, cfg, now_ms)
+        part = _apply_steady(table, kinds, parsed, entries, cfg, now_ms)
+        if part.records:
+            kinds = [kind for i, kind in enumerate(kinds) if i not in part.records]
+            parsed = [s for i, s in enumerate(parsed) if i not in part.records]
+        snapshot |= part.history
     if entries is not None:  # the entries not steady, among the records in time order
-        rest = [i for i, key in enumerate(_keys(entries)) if key not in moved]
+        rest = [i for i in range(entries.num_rows) if i not in part.entries]
         if rest:
             more: list[dict[str, Any]] = batch_entries(entries, rest)
             merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
@@ -247,8 +251,6 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
             rows.extend(event_row(e) for e in events)
             continue
         key = (s["cluster"], s["topic"], s["partition"])
-        if key in moved:
-            continue
         prev = table.get(key)
         before = prev if isinstance(prev, PartitionState) else None
         if kind == "p":
@@ -267,29 +269,84 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
         table[key] = state
         rows.extend(event_row(e) for e in events)
     rows.extend(partition_row(metrics, key in snapshot) for key, metrics in newest.items())
-    return table, BucketOutput(rows, steady)
+    return table, BucketOutput(rows, part.metrics)
+
+
+@dataclass
+class SteadyPart:
+    """What the steady step took of a micro-batch: the metrics of the partitions it took whole, which records it
+    took (JSON records by their place in time order, batch entries by theirs), and the partitions it took in part
+    whose steps called for a history snapshot (their last records take the step of :mod:`streaming.detect`)."""
+
+    metrics: dict[str, Any] | None = None
+    records: set[int] = field(default_factory=set)
+    entries: set[int] = field(default_factory=set)
+    history: set[PartitionKey] = field(default_factory=set)
 
 
 def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str, Any]], entries: pa.Table | None,
-                  cfg: DetectConfig, now_ms: int) -> tuple[dict[str, Any] | None, set[PartitionKey]]:
-    """The steady step (:mod:`streaming.steady`) over the micro-batch's partition samples that are their
-    partition's only record, JSON records and batch entries compared alike (as entries): the metrics of the
-    partitions it moved, and their keys (they take no other step)."""
+                  cfg: DetectConfig, now_ms: int) -> SteadyPart:
+    """The steady step (:mod:`streaming.steady`) over the micro-batch's partition samples, JSON records and batch
+    entries compared alike (as entries), a round per sample of a partition in time order: each round takes the
+    next sample of every partition all of whose samples so far were steady. A partition with any other record in
+    the micro-batch (a replica sample, a metadata-log change) takes every step of :mod:`streaming.detect`, and so
+    does the rest of a partition from its first sample that is not steady."""
     keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"]) for kind, s in zip(kinds, parsed,
                                                                                                    strict=True)]
-    alone = [s for kind, key, s in zip(kinds, keys, parsed, strict=True) if kind == "p"]
-    candidates = as_entries(alone)
+    json_at = [i for i, kind in enumerate(kinds) if kind == "p"]
+    candidates = as_entries([parsed[i] for i in json_at])
     if entries is not None:
         candidates = pa.concat_tables([candidates, entries])
-    candidate_keys = _keys(candidates)
-    records = Counter(keys)
-    records.update(candidate_keys[len(alone):])
+    n = candidates.num_rows
+    others = {key for kind, key in zip(kinds, keys, strict=True) if kind != "p"}
     index = table.steady.index
-    rows = np.array([index.get(key, -1) if records[key] == 1 else -1 for key in candidate_keys], np.int64)
-    batch = steady_step(table.steady, gather_entries(table.steady, candidates, rows), cfg, now_ms)
-    if not len(batch.rows):
-        return None, set()
-    return steady_metrics(table.steady, batch), set(batch.keys(table.steady))
+    candidate_keys = _keys(candidates)
+    codes: dict[PartitionKey, int] = {}
+    code = np.array([codes.setdefault(key, len(codes)) for key in candidate_keys], np.int64)
+    rows = np.array([-1 if key in others else index.get(key, -1) for key in codes], np.int64)[code]
+    # each sample's place among its partition's: time order, JSON records before entries at equal times (the
+    # order of the steps of detect.py in apply_bucket)
+    times = candidates.column("sample_time_ms").to_numpy(zero_copy_only=False)
+    cycles = candidates.column("cycle").to_numpy(zero_copy_only=False)
+    order = np.lexsort((np.arange(n), cycles, times, code))
+    first = np.ones(n, bool)
+    first[1:] = code[order][1:] != code[order][:-1]
+    starts = np.maximum.accumulate(np.where(first, np.arange(n), 0))
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - starts
+    out = SteadyPart()
+    dropped = np.zeros(len(codes), bool)
+    taken = np.zeros(n, bool)
+    history = np.zeros(len(codes), bool)
+    last_lists: dict[int, dict[str, Any]] = {}
+    for r in range(int(rank.max(initial=-1)) + 1):
+        sel = np.flatnonzero((rank == r) & (rows >= 0) & ~dropped[code])
+        if not len(sel):
+            break
+        batch = steady_step(table.steady, gather_entries(table.steady, candidates.take(sel), rows[sel]), cfg,
+                            now_ms)
+        applied = np.isin(rows[sel], batch.rows)
+        taken[sel[applied]] = True
+        dropped[code[sel[~applied]]] = True
+        by_row = dict(zip(batch.rows.tolist(), range(len(batch.rows)), strict=True))
+        for row, c in zip(rows[sel[applied]].tolist(), code[sel[applied]].tolist(), strict=True):
+            at = by_row[row]
+            history[c] |= bool(batch.history[at])
+            last_lists[c] = {name: values[at] for name, values in batch.lists.items()}
+    whole = [c for c in last_lists if not dropped[c]]
+    keys_of = list(codes)
+    out.history = {keys_of[c] for c in last_lists if dropped[c] and history[c]}
+    taken_at = np.flatnonzero(taken)
+    out.records = {json_at[i] for i in taken_at[taken_at < len(json_at)].tolist()}
+    out.entries = {i - len(json_at) for i in taken_at[taken_at >= len(json_at)].tolist()}
+    if whole:
+        row_of = np.full(len(codes), -1, np.int64)
+        row_of[code] = rows
+        final = row_of[np.array(whole, np.int64)]
+        combined = SteadyBatch(final, {name: [last_lists[c][name] for c in whole] for name in MEMBERSHIP},
+                               history[np.array(whole, np.int64)])
+        out.metrics = steady_metrics(table.steady, combined)
+    return out
 
 
 def _keys(entries: pa.Table) -> list[PartitionKey]:

@@ -117,7 +117,11 @@ class EventBatches:
     A state query that replaces another (a new state parallelism, :mod:`streaming.reshard`) starts where the old
     one last committed: its first micro-batch may hold the events of the old one's micro-batch that never
     committed, so it reads back from where that one's events began (``replaced``: the old query and its last
-    committed micro-batch)."""
+    committed micro-batch).
+
+    A query past its first micro-batch with no such file has a checkpoint of a version of replmon that kept none
+    (its driver wrote the events and read back the newest ids at its start): its first micro-batch here reads back
+    as much (:data:`READ_BACK_PER_PARTITION` of each partition)."""
 
     def __init__(self, spark: SparkSession, checkpoint_dir: str, query: str,
                  replaced: tuple[str, int] | None = None) -> None:
@@ -137,6 +141,11 @@ class EventBatches:
                 self.directory.delete(name)
         since = end()
         again = False
+        if batch_id > 0 and not any(name.isdigit() for name in names):
+            # a checkpoint of a version that kept no such files (its driver wrote the events): the micro-batch
+            # may be one that version ran and never committed, so read back what it read back at its start, the
+            # newest READ_BACK_PER_PARTITION records of each partition
+            since, again = {p: max(0, o - READ_BACK_PER_PARTITION) for p, o in since.items()}, True
         if self.replaced is not None:
             old, committed = self.replaced
             self.replaced = None  # the first micro-batch with events only

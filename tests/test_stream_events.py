@@ -24,7 +24,7 @@ from streaming.event_writer import EventTarget, write_events
 from streaming.exporter import JobExporter
 from streaming.processor import KIND_BUCKET, OUTPUT_COLUMNS, OUTPUT_SCHEMA, event_row
 from streaming.serving import ServedColumns, partials
-from streaming.sinks import EventBatches, read_events
+from streaming.sinks import READ_BACK_PER_PARTITION, EventBatches, read_events
 
 
 def event(n: int, type_: EventType, cluster: str = "c", topic: str | None = "t", **fields: Any) -> Event:
@@ -141,6 +141,10 @@ def test_a_micro_batch_run_again_and_a_query_that_replaces_another_read_back_fro
     spark: SparkSession, tmp_path: Path,
 ) -> None:
     old = EventBatches(spark, str(tmp_path), "state")
+    assert old.begin(0, lambda: {0: 5}) == ({0: 5}, False)  # a new query
+    # micro-batch 5 with no file: a checkpoint of a version without them; what it may have written is read back
+    older = EventBatches(spark, str(tmp_path), "state-of-an-older-version")
+    assert older.begin(5, lambda: {0: READ_BACK_PER_PARTITION + 10, 1: 7}) == ({0: 10, 1: 0}, True)
     assert old.begin(5, lambda: {0: 10}) == ({0: 10}, False)
     assert old.begin(6, lambda: {0: 20}) == ({0: 20}, False)  # 5 committed; 6 never does
     assert old.begin(6, lambda: {0: 99}) == ({0: 20}, True)  # 6 again: from where its first run began
