@@ -411,7 +411,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
-                if TimedProcessor._calls % 64 == 0:  # type: ignore[attr-defined]
+                if TimedProcessor._calls % 8 == 0:  # type: ignore[attr-defined]
                     prof.dump_stats(f"{self.out_dir}/prof-{os.getpid()}.pstats")
             with open(f"{self.out_dir}/worker-{os.getpid()}.jsonl", "a") as f:
                 # partitions sampled (the processor's outputs): an input row is a batch's share of a bucket
@@ -537,6 +537,29 @@ def cprofile_top(profile_dir: Path, limit: int = 15) -> str:
     return out.getvalue()
 
 
+def stage_times(spark: Any, since: float, until: float) -> dict[str, dict[str, float]]:
+    """Spark's completed stages submitted between ``since`` and ``until`` (epoch s), by the first line of their
+    name: count, tasks, and the executors' run and CPU seconds summed (the UI must be on: --stages)."""
+    import urllib.request
+
+    url = spark.sparkContext.uiWebUrl
+    app = spark.sparkContext.applicationId
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{app}/stages?status=complete", timeout=30) as r:
+        stages = json.load(r)
+    out: dict[str, dict[str, float]] = {}
+    for stage in stages:
+        submitted = pd.Timestamp(stage.get("submissionTime", "1970-01-01T00:00:00.000GMT").replace("GMT", "Z"))
+        if not since <= submitted.timestamp() <= until:
+            continue
+        name = stage["name"].split("\n")[0][:60]
+        agg = out.setdefault(name, {"stages": 0, "tasks": 0, "run_s": 0.0, "cpu_s": 0.0})
+        agg["stages"] += 1
+        agg["tasks"] += stage["numTasks"]
+        agg["run_s"] += stage["executorRunTime"] / 1000
+        agg["cpu_s"] += stage["executorCpuTime"] / 1e9
+    return out
+
+
 def loadavg() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
@@ -636,9 +659,11 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 stream=StreamConfig(trigger_interval_s=args.trigger, checkpoint_dir=work / phase / "checkpoint",
                                     history_dir=work / phase / "history", starting_offsets=starting,
                                     max_offsets_per_trigger=max_offsets, metrics_port=0,
-                                    state_buckets=args.state_buckets,
+                                    state_buckets=args.state_buckets, series_budget=args.series_budget,
                                     stale_after_s=stale_after_s or StreamConfig().stale_after_s,
-                                    spark_conf={"spark.ui.showConsoleProgress": "false", **dict(args.spark_conf)}))
+                                    spark_conf={"spark.ui.showConsoleProgress": "false",
+                                                **({"spark.ui.enabled": "true", "spark.ui.port": "0"}
+                                                   if args.stages else {}), **dict(args.spark_conf)}))
 
         config = config_for("baseline", "earliest", args.backlog_batch)
         ensure_topic(config, SAMPLES_TOPIC)
@@ -757,6 +782,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["job_first_s"] = next((p["batchDuration"] / 1000 for p in progress if p["numInputRows"]),
                                       float("nan"))
         results["backlog_profile"] = profile_summary(profile_dir, job_started, backlog_done)
+        if args.stages:
+            results["stages"] = stage_times(spark, job_started, backlog_done)
+            print("stages of the job on the backlog (Spark's REST API): " + json.dumps(results["stages"]), flush=True)
         results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][skip:]
         print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
               f"({results['job_read']:,} read)", flush=True)
@@ -1067,11 +1095,15 @@ def main() -> int:
     parser.add_argument("--heap-partitions", type=int, default=300_000)
     parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
                         help="stream.state_buckets of the job")
+    parser.add_argument("--series-budget", type=int, default=StreamConfig().series_budget,
+                        help="stream.series_budget of the job (each bucket's candidates: its first this many)")
     parser.add_argument("--drain", type=float, default=30, help="seconds to wait for the job after the live phase")
     parser.add_argument("--phase-timeout", type=float, default=75,
                         help="seconds at most for the baseline and for the job on the backlog")
     parser.add_argument("--memory-timeout", type=float, default=180, help="seconds at most for the memory phase")
     job_arguments(parser, "maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
+    parser.add_argument("--stages", action="store_true",
+                        help="Spark's UI on, and the job's stages on the backlog summed from its REST API")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
     parser.add_argument("--spark-conf", type=spark_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting over the job's (stream.spark_conf), for A/B runs; repeatable")

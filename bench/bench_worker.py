@@ -140,11 +140,10 @@ def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_fo
             table, out = apply_bucket(table, frame, CFG, 1_700_000_000_000 + cycle * 10_000 + 500)
             t4 = clock()
             output = _frame(out.rows)
-            if out.steady is not None:
-                output = pd.concat([output, steady_frame(out.steady)], ignore_index=True) if len(output) else \
-                    steady_frame(out.steady)
             if steady:  # what leaves the processor, as the processor chooses it (the design before had no choice)
                 output = serve(table, output, 0, SERIES_BUDGET, "bench", out.steady)
+            elif out.steady is not None:
+                output = pd.concat([output, steady_frame(out.steady)], ignore_index=True)
             pa.Table.from_pandas(output, schema=ARROW_OUTPUT, preserve_index=False, safe=False)
             t5 = clock()
             stored = pack(table) if steady else _pack_packed(table)

@@ -18,7 +18,6 @@ import json
 import types
 import typing
 import uuid
-import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -398,33 +397,67 @@ def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
-    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column."""
-    n = len(steady["partition"])
-    columns: dict[str, Any] = {name: [None] * n for name in OUTPUT_COLUMNS}
-    columns.update((name, values) for name, values in steady.items() if name != MATRICES)
+def steady_frame(steady: dict[str, Any], at: np.ndarray | None = None, **extra: Any) -> pd.DataFrame:
+    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column: all of them, or those
+    ``at``; ``extra``: more columns, a value for every row."""
+    return _output([_steady_columns(steady, at, extra)])
+
+
+def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str, Any]
+                    ) -> tuple[int, dict[str, Any]]:
+    n = len(steady["partition"]) if at is None else len(at)
+    columns: dict[str, Any] = {}
+    for name, values in steady.items():
+        if name == MATRICES:
+            continue
+        if at is not None:
+            values = values[at] if isinstance(values, np.ndarray) else [values[i] for i in at.tolist()]
+        columns[name] = values
     columns["kind"] = [KIND_PARTITION] * n
-    return pd.DataFrame(columns, columns=OUTPUT_COLUMNS)
+    for name, value in extra.items():
+        columns[name] = [value] * n
+    return n, columns
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Output rows as a frame; absent values are None (a NaN in a map or array column breaks Arrow). From tuples:
-    a third faster than from the dicts themselves, which pandas reads key by key."""
-    frame = pd.DataFrame.from_records([tuple(map(row.get, OUTPUT_COLUMNS)) for row in rows], columns=OUTPUT_COLUMNS)
-    for column in ("follower_lag", "isr", "replicas", "elr", "last_known_elr", "follower_time_lag_ms"):
-        frame[column] = frame[column].astype(object).where(frame[column].notna(), None)
-    return frame
+    """Output rows as a frame; absent values are None (a NaN in a map or array column breaks Arrow)."""
+    return _output([_row_columns(rows)])
+
+
+def _row_columns(rows: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
+    return len(rows), {name: [row.get(name) for row in rows] for name in OUTPUT_COLUMNS}
+
+
+def _output(parts: list[tuple[int, dict[str, Any]]]) -> pd.DataFrame:
+    """One frame of the parts (row counts and columns: lists or arrays, a column absent is null), its columns
+    object arrays: what PySpark converts to Arrow with the output schema, and no pandas concat (which checks
+    every value of a column that is null in one part)."""
+    total = sum(n for n, _ in parts)
+    data: dict[str, np.ndarray] = {}
+    for name in OUTPUT_COLUMNS:
+        column = np.empty(total, dtype=object)
+        at = 0
+        for n, columns in parts:
+            values = columns.get(name)
+            if values is not None and n:
+                if isinstance(values, np.ndarray) and values.dtype != object:
+                    column[at:at + n] = values.tolist()
+                else:  # element by element: numpy would make nested lists a second dimension
+                    column[at:at + n] = np.fromiter(values, dtype=object, count=n)
+            at += n
+        data[name] = column
+    return pd.DataFrame(data, columns=OUTPUT_COLUMNS, copy=False)
 
 
 def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str,
           steady: dict[str, Any] | None = None) -> pd.DataFrame:
-    """What of a bucket call's output (:func:`_frame` rows) leaves the processor (:mod:`streaming.serving`): the
-    quarantined records and events; the partition rows that are history snapshots or the bucket's candidates
-    (``served``), with the rows of the partitions that became candidates without a sample (all of them for a run
-    the bucket has not told yet); and one :data:`KIND_BUCKET` row (:func:`_message`). The partition rows carry
-    the message's sequence in ``payload``: the driver takes the newest word of a bucket on each partition.
-    Records every partition row's metrics in ``table.served``; ``steady``: the steady step's metrics, whose rows
-    are the frame's last (recorded from their matrices)."""
+    """What of a bucket call's output leaves the processor (:mod:`streaming.serving`): the quarantined records and
+    events; the partition rows that are history snapshots or the bucket's candidates (``served``), with the rows
+    of the partitions that became candidates without a sample (all of them for a run the bucket has not told
+    yet); and one :data:`KIND_BUCKET` row (:func:`_message`). The partition rows carry the message's sequence in
+    ``payload``: the driver takes the newest word of a bucket on each partition. ``frame``: the rows of
+    :mod:`streaming.detect`'s steps (:func:`_frame`); ``steady``: the steady step's metrics (its rows are built
+    for those that leave only). Records every partition's metrics in ``table.served``."""
     served = table.served
     told = served.run == run
     if not told:  # a state written before the served columns (format 2): its partitions join them now
@@ -432,38 +465,41 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
                               and isinstance(state := table.peek(key), PartitionState)]))
     is_partition = frame["kind"].to_numpy() == KIND_PARTITION
     metrics = frame[is_partition]
-    if steady is None:
-        rows = served.record(metrics)
-    else:
-        stepped = len(metrics) - len(steady["partition"])
-        rows = np.concatenate([served.record(metrics.iloc[:stepped]), served.record_steady(steady)])
+    stepped = served.record(metrics)
+    steady_rows = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
     before = served.columns["served"].copy()
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)
-    sampled[rows] = True
+    sampled[stepped] = True
+    sampled[steady_rows] = True
     entering = served.keys(np.flatnonzero(top & ~sampled & (~before | (not told))))
     left = served.keys(np.flatnonzero(before & ~top)) if told else []
     served.columns["served"], served.run = top, run
     served.sent += 1
     seq = str(served.sent)
     history = metrics["history"].eq(True).to_numpy()
+    steady_history = np.zeros(0, np.bool_) if steady is None else np.asarray(steady["history"], np.bool_)
     at = np.flatnonzero(is_partition)
     keep = ~is_partition
-    keep[at[history | top[rows]]] = True
+    keep[at[history | top[stepped]]] = True
     flag = np.zeros(len(frame), np.bool_)
-    flag[at] = top[rows]
-    out = frame.iloc[np.flatnonzero(keep)].copy()
+    flag[at] = top[stepped]
+    out = frame.iloc[np.flatnonzero(keep)]
     kept = is_partition[keep]
-    out["served"] = np.where(kept, flag[keep], None)
-    out.loc[kept, "payload"] = seq
+    columns = {name: out[name].to_numpy() for name in OUTPUT_COLUMNS}
+    columns["served"] = np.where(kept, flag[keep], None)
+    columns["payload"] = np.where(kept, seq, columns["payload"])
+    parts = [(len(out), columns)]
+    if steady is not None:
+        leaving = np.flatnonzero(steady_history | top[steady_rows])
+        n, steady_columns = _steady_columns(steady, leaving, {"payload": seq})
+        steady_columns["served"] = top[steady_rows][leaving]
+        parts.append((n, steady_columns))
     extra = [partition_row(metrics_of(state), history=False) | {"served": True, "payload": seq}
              for key in entering if isinstance(state := table.peek(key), PartitionState)]
-    extra.append(_message(served, frame, bucket, left, int(history.sum())))
-    if not len(out):
-        return _frame(extra)
-    with warnings.catch_warnings():  # all-null columns of one side: either dtype suits Arrow's output schema
-        warnings.simplefilter("ignore", FutureWarning)
-        return pd.concat([out, _frame(extra)], ignore_index=True)
+    extra.append(_message(served, frame, bucket, left, int(history.sum() + steady_history.sum())))
+    parts.append(_row_columns(extra))
+    return _output(parts)
 
 
 def _message(served: ServedColumns, frame: pd.DataFrame, bucket: int, left: list[PartitionKey], history: int
@@ -544,11 +580,7 @@ class ReplicationProcessor(StatefulProcessor):
             step("load", len(table))
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
-            frame = _frame(out.rows)
-            if out.steady is not None:
-                frame = pd.concat([frame, steady_frame(out.steady)], ignore_index=True) if len(frame) else \
-                    steady_frame(out.steady)
-            frame = serve(table, frame, bucket, self.series_budget, self.run, out.steady)
+            frame = serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady)
             step("frame", len(frame))
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next

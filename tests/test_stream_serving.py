@@ -188,12 +188,11 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                     table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), CFG, now_ms,
                                               copy=False)
                     frame, steady = _frame(out.rows), out.steady
-                    if steady is not None:
-                        frame = pd.concat([frame, steady_frame(steady)], ignore_index=True)
+                    every = frame if steady is None else pd.concat([frame, steady_frame(steady)], ignore_index=True)
                 else:
                     table, rows = expire_bucket(table, CFG, now_ms)
-                    frame = _frame(rows)
-                for row in frame[frame["kind"] == KIND_PARTITION].to_dict("records"):
+                    frame = every = _frame(rows)
+                for row in every[every["kind"] == KIND_PARTITION].to_dict("records"):
                     newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
                 outputs.append(serve(table, frame, bucket, budget, run, steady))
                 buckets[bucket] = pack(table)
