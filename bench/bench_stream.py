@@ -2,12 +2,15 @@
 stateless baseline (same Kafka source and parse_samples, no state) in the same run.
 
     .venv/bin/python bench/bench_stream.py [--partitions 100000] [--rate 100000] [--duration 120]
-        [--kept-fraction 0.3 | --kept-rate R] [--kept-duration 60]
-        [--backlog-cycles 10] [--heap-partitions 300000] [--trigger 2] [--churn 1] [--cprofile] [--no-write]
+        [--kept-fraction 0.5 | --kept-rate R] [--kept-duration 60] [--transport batch|json]
+        [--backlog-cycles 24] [--warmup-cycles 12] [--backlog-batch 20000] [--heap-partitions 300000]
+        [--trigger 2] [--churn 1] [--series-budget N] [--stages] [--cprofile] [--no-write]
 
 Starts a one-broker local Kafka in a temporary directory (stopped and deleted at the end, also on error), creates
-the samples topic (6 partitions) and feeds it from a separate producer JVM (bench/SampleProducer.java: fills a
-template derived from a real PartitionSample, keyed like the collector). Phases:
+the samples topic (6 partitions) and feeds it from a separate producer process: ``partition_batch/v1`` records as
+the collector publishes a cycle (bench/batch_producer.py, the default), or a JSON record per sample
+(``--transport json``: bench/SampleProducer.java fills a template derived from a real PartitionSample). Samples
+are counted as samples, whatever a record holds (the batch producer logs each record's entries). Phases:
 
 1. backlog: ``--backlog-cycles`` cycles over ``--partitions`` partitions (RF 3) written as fast as possible;
 2. baseline: a stateless query (parse_samples, the processor's input rows to Spark's noop sink) reads the
@@ -22,13 +25,14 @@ template derived from a real PartitionSample, keyed like the collector). Phases:
    RSS, driver and Python worker RSS, state rows, partitions in the exporter.
 
 Phases 2 and 3 stop ``--phase-timeout`` s after their warm-up batches (given ``--warmup-timeout`` s), phase 5
-after ``--memory-timeout`` s, so the run stays bounded on a slow or loaded machine; they read batches of
-``--backlog-batch`` records (the live phase: rate x trigger).
+after ``--memory-timeout`` s, so the run stays bounded on a slow or loaded machine; they read batches of about
+``--backlog-batch`` samples (the live phase: rate x trigger).
 
-Capacity is rows / batch duration over the batches after the first cycle (every partition read once: the job
-creates their states, a one-off of a fresh job; at least two batches), baseline and job on batches of the same
-size. The baseline runs before the job and again after it; the job is compared with their mean. Prints a table
-and writes the "## Streaming job" section of docs/benchmarks.md and docs/bench_stream.png.
+Capacity is samples / batch duration over the batches after the first ``--warmup-cycles`` cycles (the job
+creates every partition's state, then learns each one's lineage: one-offs of a fresh job; at least two
+batches), baseline and job on batches of the same size. The baseline runs before the job and again after it; the
+job is compared with their mean. ``--stages`` turns Spark's UI on and sums the job's stages from its REST API.
+Prints a table and writes the "## Streaming job" section of docs/benchmarks.md and docs/bench_stream.png.
 """
 
 from __future__ import annotations
@@ -75,16 +79,6 @@ PER_TOPIC = 1000
 CLUSTER = "bench"
 SAMPLES_TOPIC = "bench.samples"
 WARMUP_BATCHES = 2
-BUCKETS_NOTE = (
-    "Why 32 state buckets (stream.state_buckets): every bucket that gets a sample costs a fixed ~9 ms of Python "
-    "worker time per micro-batch (its input frame, state read and write, timers, output frame), whatever its "
-    "size. Measured with `python bench/bench_stream.py --partitions 20000 --duration 40 --rate 20000 "
-    "--heap-partitions 20000 --phase-timeout 60 --warmup-timeout 120 --no-write --state-buckets N`: backlog "
-    "capacity 3,306 samples/s with 256 buckets and 4,360 with 32 (stateless baseline 12,406 and 12,633 in the "
-    "same runs); in the workers, seconds per million samples for input + state + output, 114 with 256 buckets, "
-    "40 with 32. At 300k partitions 32 buckets hold ~10k partitions each (~2 MB tables, tested in "
-    "tests/test_stream_state.py)."
-)
 HIST_STEP_S = 0.01
 HIST_MAX_S = 600.0
 
@@ -603,7 +597,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         for key, style, color, label in figures:
             ax2.plot(offsets, [b[key] for b in batches], style, ms=3, color=color,
                      label=label if index == 0 else None)
-    ax2.axhline(3 * results["trigger"], color="red", ls=":", label="target p95: 3 trigger intervals")
+    ax2.axhline(2 * results["trigger"], color="red", ls=":", label="target p95: 2 trigger intervals")
     ax2.set_ylabel("sample-to-metric latency (s)")
     ax2.set_yscale("log")
     ax2.set_xlabel("seconds since the baseline started")
@@ -621,8 +615,10 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
         "The Spark job (`streaming/job.py`: Kafka source, parse_samples, bucketed transformWithStateInPandas, "
         "foreachBatch to events/Prometheus/history and the quarantine, one query) against a stateless baseline "
         "(same source and parse_samples, the processor's input rows to Spark's noop sink) run before and after the "
-        "job in the same run, on a one-broker local Kafka; synthetic samples from a separate producer JVM "
-        "(`bench/SampleProducer.java`), see the docstring of `bench/bench_stream.py` for the phases.", "",
+        "job in the same run, on a one-broker local Kafka; synthetic samples from a separate producer process "
+        "(`partition_batch/v1` records from `bench/batch_producer.py`, the collector's format; `--transport json`: "
+        "a JSON record per sample from `bench/SampleProducer.java`), see the docstring of `bench/bench_stream.py` "
+        "for the phases.", "",
         "```", command, "```", "", *lines, "", *(line for note in notes for line in (note, "")),
         "![streaming benchmark](bench_stream.png)", ""])
     write_section(DOC, "Streaming job", section)
@@ -694,7 +690,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             return [counts.annotate(p) for p in log.get(query.name) if p.get("runId") == run_id]
 
         cycle_batches = results["first_cycle_batches"] = first_cycle_batches(args.partitions, args.backlog_batch)
-        skip = results["skipped_batches"] = max(WARMUP_BATCHES, cycle_batches)
+        skip = results["skipped_batches"] = max(WARMUP_BATCHES, first_cycle_batches(
+            args.partitions * max(1, args.warmup_cycles), args.backlog_batch))
 
         def read_until(query: Any, target: int, timeout_s: float, alive: Callable[[], None],
                        warmup_s: float = 0) -> bool:
@@ -878,7 +875,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             first_cycle += results["kept"]["cycles"]
 
         # 5. memory with --heap-partitions tracked, by a fresh job
-        job = start_from_latest("memory", args.backlog_batch, partitions=args.heap_partitions)
+        job = start_from_latest("memory", args.memory_batch or args.backlog_batch, partitions=args.heap_partitions)
         state_query = job.queries[0]
         run_ = start_producer(work, bootstrap, "memory", args.heap_partitions, first_cycle, cycles=1,
                               churn=args.churn, transport=args.transport)
@@ -935,14 +932,16 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         # (the target row) or what the producer managed (the kept-rate row: its own pacing varies by a few %)
         kept_up = (phase["lag_at_end"] <= rate * trig * 1.5
                    and phase["processed_rate"] >= (0.97 * rate if target else 0.9 * produced))
+        processed_ok = phase["processed_rate"] >= 0.8 * rate  # the target: >= 80,000/s live at 100,000 offered
         return [
             (f"{what}: {rate:,.0f} samples/s offered ({produced:,.0f} produced) for {phase['duration']:.0f} s, "
              "processed",
              f"{phase['processed_rate']:,.0f} samples/s (median batch {phase['batch_s']:.1f} s; "
-             f"{phase['lag_at_end']:,} behind when the producer stopped)", target, ok[kept_up] if target else
+             f"{phase['lag_at_end']:,} behind when the producer stopped)", target, ok[processed_ok] if target else
              ("kept up" if kept_up else "**fell behind**")),
             (f"p95 latency per sample ({what}, estimated, see notes)", lat(phase["latency_sample_p95"]),
-             f"≤ {3 * trig:g} s", ok[phase["latency_sample_p95"] <= 3 * trig]),
+             f"≤ {2 * trig:g} s" if not target else "", ok[phase["latency_sample_p95"] <= 2 * trig] if not target
+             else ""),
             (f"p95 latency, newest sample per partition per batch ({what})", lat(phase["latency_partition_p95"]),
              "", ""),
             (f"p95 latency, newest sample of each batch ({what}, JobStats.delays_s)",
@@ -950,7 +949,7 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         ]
 
     table = [
-        ("job capacity (backlog, rows / batch duration)", f"{r['job_rate']:,.0f} samples/s", "≥ 100,000",
+        ("job capacity (backlog, samples / batch duration)", f"{r['job_rate']:,.0f} samples/s", "≥ 100,000",
          ok[r["job_rate"] >= 100_000]),
         ("stateless baseline capacity (same batches): mean of a run before and a run after the job",
          f"{r['baseline_rate']:,.0f} samples/s ({baseline_rates})",
@@ -961,8 +960,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         ("first batch (warm-up, not measured): baseline / job",
          f"{r['baselines'][0]['first_s']:.0f} s / {r['job_first_s']:.0f} s for {args.backlog_batch:,} rows",
          "", ""),
-        ("job / baseline", f"{ratio:.2f}", "≥ 0.5", ok[ratio >= 0.5]),
-        *live_rows(r["live"], "live", f"{r['live']['rate']:,.0f}"),
+        ("job / baseline", f"{ratio:.2f}", "≥ 0.8", ok[ratio >= 0.8]),
+        *live_rows(r["live"], "live", f"≥ {0.8 * r['live']['rate']:,.0f}"),
         *(live_rows(r["kept"], "kept rate", "") if "kept" in r else []),
         (f"driver JVM heap used after GC, {r['tracked']:,} partitions tracked"
          + ("" if r["memory_complete"] else f" (of {args.heap_partitions:,}: phase timed out)"),
@@ -989,10 +988,11 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         f"job {r['job_read']:,}) in batches of "
         f"{args.backlog_batch:,} (maxOffsetsPerTrigger; live phases: rate x trigger), trigger {trig:g} s, "
         f"{args.state_buckets} state buckets; "
-        f"the first {skip} batches of each backlog query (the first cycle, every partition read once, and at "
+        f"the first {skip} batches of each backlog query (its first {args.warmup_cycles} cycles: every "
+        "partition's state created and its first lineage learnt, and at "
         f"least {WARMUP_BATCHES}) excluded; "
         f"{r['quarantined']} samples quarantined.",
-        "Capacity = rows / batch duration over the steady backlog batches (the query is never starved). The live "
+        "Capacity = samples / batch duration over the steady backlog batches (the query is never starved). The live "
         "and memory phases each run a fresh job (new checkpoint, startingOffsets latest), so neither inherits the "
         "lag of the phase before. The live phase offers the target rate for real: the job keeps up or falls "
         "behind; its first 10 s are excluded from the processed rate. The kept-rate phase (a fresh job again) "
@@ -1006,12 +1006,20 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         "builds the record. The job outputs only the newest sample of each partition per batch, so per-sample "
         "latency is estimated: the samples of a batch are spread evenly between the newest sample time of the "
         "previous batch and that of this one (true at a constant production rate).",
-        "The heap figure: `spark.driver.memory` is 2g (streaming/session.py), so the heap cannot exceed the "
-        "target; partition state lives in RocksDB (off-heap, in the JVM's RSS) and in the Python workers while "
-        "a bucket is processed; the driver Python keeps the exporter's table of every partition.",
+        "The heap figure: `spark.driver.memory` is 2g (streaming/session.py): a job that needs more fails with "
+        "an OutOfMemoryError rather than pass the target. Partition state lives in RocksDB (off-heap, in the "
+        "JVM's RSS) and in the Python workers while a bucket is processed; the driver Python keeps the rows it "
+        f"serves (at most state_buckets x series_budget). The memory phase reads micro-batches of "
+        f"{args.memory_batch or args.backlog_batch:,} samples.",
     ]
     notes += breakdown(r, args)
-    notes.append(BUCKETS_NOTE)
+    if r.get("stages"):
+        notes.append("Spark's stages of the job on the backlog (its REST API; every micro-batch of the phase, the "
+                     "warm-up's included), executors' run / CPU seconds (CPU: the JVM's threads, not the Python "
+                     "workers'): " + "; ".join(
+                         f"{name}: {v['stages']:.0f} stages, {v['tasks']:.0f} tasks, {v['run_s']:.1f} / "
+                         f"{v['cpu_s']:.1f} s"
+                         for name, v in sorted(r["stages"].items(), key=lambda kv: -kv[1]["run_s"])))
     return table, notes
 
 
@@ -1035,8 +1043,10 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
                 "parsing, shuffle into buckets and the Python processor, and the collect to the driver.")
         if prof:
             per = prof["rows_in"] / 1e6
-            line += (f" In the Python workers ({prof['calls']:.0f} bucket calls, {prof['rows_in']:,.0f} samples, "
-                     f"~{prof['partitions_per_bucket']:.0f} partitions per bucket), seconds per million samples: "
+            line += (f" In the Python workers ({prof['calls']:.0f} bucket calls, {prof['rows_in']:,.0f} partitions "
+                     "sampled: the calls' outputs, a partition sampled twice in a micro-batch counts once; "
+                     f"~{prof['partitions_per_bucket']:.0f} partitions per bucket), seconds per million partitions "
+                     "sampled: "
                      f"input {prof['input'] / per:.2f}, state load (unpickle) {prof['load'] / per:.2f}, detection "
                      f"{prof['process'] / per:.2f}, state save (pickle) {prof['save'] / per:.2f}, output frame "
                      f"{prof['frame'] / per:.2f} (summed over the 2 worker processes).")
@@ -1086,12 +1096,15 @@ def main() -> int:
                              "record per sample")
     parser.add_argument("--rate", type=float, default=100_000, help="samples/s offered in the live phase")
     parser.add_argument("--duration", type=float, default=120, help="seconds of the live phase")
-    parser.add_argument("--kept-fraction", type=float, default=0.3,
+    parser.add_argument("--kept-fraction", type=float, default=0.5,
                         help="rate of the kept-rate phase, as a fraction of the job's backlog capacity")
     parser.add_argument("--kept-rate", type=float, default=0,
                         help="samples/s of the kept-rate phase (over --kept-fraction)")
     parser.add_argument("--kept-duration", type=float, default=60, help="seconds of the kept-rate phase (0: none)")
-    parser.add_argument("--backlog-cycles", type=int, default=10)
+    parser.add_argument("--backlog-cycles", type=int, default=24)
+    parser.add_argument("--warmup-cycles", type=int, default=12,
+                        help="backlog cycles not measured: every state created, and every partition's first "
+                             "lineage learnt (the workload samples a lineage in 1 cycle of 12)")
     parser.add_argument("--heap-partitions", type=int, default=300_000)
     parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
                         help="stream.state_buckets of the job")
@@ -1101,6 +1114,8 @@ def main() -> int:
     parser.add_argument("--phase-timeout", type=float, default=75,
                         help="seconds at most for the baseline and for the job on the backlog")
     parser.add_argument("--memory-timeout", type=float, default=180, help="seconds at most for the memory phase")
+    parser.add_argument("--memory-batch", type=int, default=0,
+                        help="samples per micro-batch of the memory phase (default: --backlog-batch)")
     job_arguments(parser, "maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
     parser.add_argument("--stages", action="store_true",
                         help="Spark's UI on, and the job's stages on the backlog summed from its REST API")

@@ -317,7 +317,10 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     dropped = np.zeros(len(codes), bool)
     taken = np.zeros(n, bool)
     history = np.zeros(len(codes), bool)
-    last_lists: dict[int, dict[str, Any]] = {}
+    last_round = np.full(len(codes), -1, np.int64)  # each partition's last round taken, and its place there
+    last_at = np.zeros(len(codes), np.int64)
+    code_of_row = np.full(len(table.steady), -1, np.int64)
+    rounds: list[SteadyBatch] = []
     for r in range(int(rank.max(initial=-1)) + 1):
         sel = np.flatnonzero((rank == r) & (rows >= 0) & ~dropped[code])
         if not len(sel):
@@ -327,24 +330,30 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
         applied = np.isin(rows[sel], batch.rows)
         taken[sel[applied]] = True
         dropped[code[sel[~applied]]] = True
-        by_row = dict(zip(batch.rows.tolist(), range(len(batch.rows)), strict=True))
-        for row, c in zip(rows[sel[applied]].tolist(), code[sel[applied]].tolist(), strict=True):
-            at = by_row[row]
-            history[c] |= bool(batch.history[at])
-            last_lists[c] = {name: values[at] for name, values in batch.lists.items()}
-    whole = [c for c in last_lists if not dropped[c]]
+        code_of_row[rows[sel]] = code[sel]
+        codes_taken = code_of_row[batch.rows]
+        history[codes_taken] |= batch.history
+        last_round[codes_taken] = len(rounds)
+        last_at[codes_taken] = np.arange(len(batch.rows))
+        rounds.append(batch)
+    seen = last_round >= 0
     keys_of = list(codes)
-    out.history = {keys_of[c] for c in last_lists if dropped[c] and history[c]}
+    out.history = {keys_of[c] for c in np.flatnonzero(seen & dropped & history).tolist()}
     taken_at = np.flatnonzero(taken)
     out.records = {json_at[i] for i in taken_at[taken_at < len(json_at)].tolist()}
     out.entries = {i - len(json_at) for i in taken_at[taken_at >= len(json_at)].tolist()}
-    if whole:
+    whole = np.flatnonzero(seen & ~dropped)
+    if not len(whole):
+        return out
+    if len(rounds) == 1:  # the usual micro-batch: a sample per partition, the round's batch is the answer
+        combined = rounds[0]
+    else:
         row_of = np.full(len(codes), -1, np.int64)
         row_of[code] = rows
-        final = row_of[np.array(whole, np.int64)]
-        combined = SteadyBatch(final, {name: [last_lists[c][name] for c in whole] for name in MEMBERSHIP},
-                               history[np.array(whole, np.int64)])
-        out.metrics = steady_metrics(table.steady, combined)
+        picks = list(zip(last_round[whole].tolist(), last_at[whole].tolist(), strict=True))
+        combined = SteadyBatch(row_of[whole], {name: [rounds[r].lists[name][at] for r, at in picks]
+                                               for name in MEMBERSHIP}, history[whole])
+    out.metrics = steady_metrics(table.steady, combined)
     return out
 
 

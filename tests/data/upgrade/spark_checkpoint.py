@@ -159,6 +159,7 @@ def main(out: Path) -> None:
 
     from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig
     from replmon.core.kafka_topics import ensure_topic
+    from replmon.core.processes import wait_until
     from replmon.testbed.localcluster import LocalCluster
     from streaming.job import start_job
     from streaming.session import get_session
@@ -194,15 +195,12 @@ def main(out: Path) -> None:
             query = job.queries[0]
 
             def read_all(total: int) -> None:
-                deadline = time.monotonic() + 300
-                while time.monotonic() < deadline:
+                def read() -> bool:
                     progress = query.lastProgress
-                    if progress:
-                        ends = json.loads(progress["sources"][0]["endOffset"] or "{}").get(SAMPLES_TOPIC, {})
-                        if sum(int(v) for v in ends.values()) >= total:
-                            return
-                    time.sleep(0.5)
-                raise RuntimeError("the job did not read the samples in time")
+                    ends = json.loads(progress["sources"][0]["endOffset"] or "{}") if progress else {}
+                    return sum(int(v) for v in ends.get(SAMPLES_TOPIC, {}).values()) >= total
+
+                wait_until(read, 300, "the job to read the samples")
 
             total = 0
             for cycles in (range(0, 4), range(4, 8), range(8, 12), range(12, 20)):  # a micro-batch each, mostly
