@@ -119,9 +119,10 @@ class EventBatches:
     committed, so it reads back from where that one's events began (``replaced``: the old query and its last
     committed micro-batch).
 
-    A query past its first micro-batch with no such file has a checkpoint of a version of replmon that kept none
-    (its driver wrote the events and read back the newest ids at its start): its first micro-batch here reads back
-    as much (:data:`READ_BACK_PER_PARTITION` of each partition)."""
+    A query past its first micro-batch with no such file either has a checkpoint of a version of replmon that kept
+    none (its driver wrote the events and read back the newest ids at its start) or meets its first events now:
+    the micro-batch reads back as much as that version did (:data:`READ_BACK_PER_PARTITION` of each partition),
+    once in the query's life (a file stays from then on)."""
 
     def __init__(self, spark: SparkSession, checkpoint_dir: str, query: str,
                  replaced: tuple[str, int] | None = None) -> None:
@@ -142,9 +143,9 @@ class EventBatches:
         since = end()
         again = False
         if batch_id > 0 and not any(name.isdigit() for name in names):
-            # a checkpoint of a version that kept no such files (its driver wrote the events): the micro-batch
-            # may be one that version ran and never committed, so read back what it read back at its start, the
-            # newest READ_BACK_PER_PARTITION records of each partition
+            # maybe a checkpoint of a version that kept no such files (its driver wrote the events): the
+            # micro-batch may be one that version ran and never committed, so read back what it read back at its
+            # start, the newest READ_BACK_PER_PARTITION records of each partition
             since, again = {p: max(0, o - READ_BACK_PER_PARTITION) for p, o in since.items()}, True
         if self.replaced is not None:
             old, committed = self.replaced
