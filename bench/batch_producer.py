@@ -83,21 +83,40 @@ def _lists(values: np.ndarray, lengths: np.ndarray, valid: np.ndarray | None = N
     return pa.ListArray.from_arrays(pa.array(offsets), pa.array(values, INT), mask=mask)
 
 
-def record(chunk: Chunk, cycle: int, churn: int, now_ms: int) -> bytes:
-    """The chunk's batch for ``cycle``: SampleProducer.java's offsets, ISR and lineage, computed in numpy."""
-    i, s, n = chunk.index, chunk.static, len(chunk.index)
+@dataclass
+class Offsets:
+    """A cycle's numbers for partitions ``i`` (their global indexes): the three replicas' LEOs in replica order,
+    the HW, whether the third replica fell out of the ISR, whether the sample carries a lineage."""
+
+    log_end_offsets: tuple[np.ndarray, np.ndarray, np.ndarray]
+    high_watermark: np.ndarray
+    shrunk: np.ndarray
+    lineage: np.ndarray
+
+
+def workload(i: np.ndarray, cycle: int, churn: int) -> Offsets:
+    """The benches' workload (bench/SampleProducer.java's too): the leader's LEO +100 a cycle, followers a few
+    behind, ``churn`` per mille of the partitions a cycle with a shrunk ISR, a lineage in 1 sample of 12."""
     leo = 1000 + 100 * cycle + i % 97
     leo1 = leo - (i + cycle) % 5
     shrunk = (churn > 0) & (np.mod(i * 7919 + cycle, 1000) < churn)
     leo2 = np.where(shrunk, leo - 90, leo - (i + 2 * cycle) % 3)
     hw = np.where(shrunk, np.minimum(leo, leo1), np.minimum(leo, np.minimum(leo1, leo2)))
+    return Offsets((leo, leo1, leo2), hw, shrunk, (i + cycle) % 12 == 0)
+
+
+def record(chunk: Chunk, cycle: int, churn: int, now_ms: int) -> bytes:
+    """The chunk's batch for ``cycle``: the :func:`workload`'s offsets, ISR and lineage, computed in numpy."""
+    i, s, n = chunk.index, chunk.static, len(chunk.index)
+    w = workload(i, cycle, churn)
+    (leo, leo1, leo2), hw, shrunk = w.log_end_offsets, w.high_watermark, w.shrunk
     brokers = s["replica_brokers"].to_numpy().reshape(n, 3)
     isr_len = np.where(shrunk, 2, 3)
     isr = brokers.ravel()[(np.arange(3)[None, :] < isr_len[:, None]).ravel()]
     offsets = pa.StructArray.from_arrays(
         [s["replica_brokers"], pa.array(np.stack([leo, leo1, leo2], axis=1).ravel()), pa.nulls(3 * n, pa.string()),
          pa.nulls(3 * n, pa.string())], fields=list(ARROW_SCHEMA.field("replica_offsets").type.value_type))
-    lineage_on = (i + cycle) % 12 == 0
+    lineage_on = w.lineage
     lineage = pa.StructArray.from_arrays(
         [pa.array(np.full(int(lineage_on.sum()), 3, np.int64)), pa.array(np.zeros(int(lineage_on.sum()), np.int64))],
         fields=list(ARROW_SCHEMA.field("epoch_lineage").type.value_type))

@@ -174,14 +174,16 @@ class SampleCounts:
     def __init__(self, work: Path, transport: str) -> None:
         self.work, self.transport = work, transport
         self.cumulative: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self.read_lines = -1
+        self.read: tuple[tuple[str, int], ...] = ()
 
     def _load(self) -> None:
-        lines = [line.split() for path in sorted(self.work.glob("offsets-*.txt"))
-                 for line in path.read_text().splitlines() if line]
-        if len(lines) == self.read_lines:
+        """The producers' logs read again when they grew (the bench polls progress twice a second)."""
+        paths = sorted(self.work.glob("offsets-*.txt"))
+        sizes = tuple((path.name, path.stat().st_size) for path in paths)
+        if sizes == self.read:
             return
-        self.read_lines = len(lines)
+        self.read = sizes
+        lines = [line.split() for path in paths for line in path.read_text().splitlines() if line]
         by_partition: dict[int, list[tuple[int, int]]] = {}
         for kafka_partition, offset, entries in lines:
             by_partition.setdefault(int(kafka_partition), []).append((int(offset), int(entries)))
@@ -195,8 +197,6 @@ class SampleCounts:
         """Samples in the records of ``partition`` below ``offset``."""
         if self.transport != "batch":
             return offset
-        if not self.cumulative:
-            self._load()
         offsets, sums = self.cumulative.get(partition, (np.zeros(0, np.int64), np.zeros(1, np.int64)))
         return int(sums[np.searchsorted(offsets, offset)])
 

@@ -40,10 +40,12 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
 
+from bench.batch_producer import workload  # noqa: E402
 from bench.docsection import write_section  # noqa: E402
 from collectors.publisher import encode_records  # noqa: E402
 from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaOffsets  # noqa: E402
@@ -68,25 +70,24 @@ ARROW_OUTPUT = to_arrow_schema(OUTPUT_SCHEMA)
 
 
 def samples_of(partitions: int, cycle: int) -> list[PartitionSample]:
-    """One cycle, as bench_stream.py's producer writes it."""
+    """One cycle, as bench_stream.py's producer writes it (:func:`bench.batch_producer.workload`, 1 partition in
+    1,000 with a shrunk ISR)."""
     out = []
     now = 1_700_000_000_000 + cycle * 10_000
-    for i in range(partitions):
+    w = workload(np.arange(partitions, dtype=np.int64), cycle, churn=1)
+    leos = list(zip(*(x.tolist() for x in w.log_end_offsets), strict=True))
+    for i, (replica_leos, hw, shrunk, lineage) in enumerate(zip(
+            leos, w.high_watermark.tolist(), w.shrunk.tolist(), w.lineage.tolist(), strict=True)):
         r0 = i % 3
         replicas = [1 + r0, 1 + (r0 + 1) % 3, 1 + (r0 + 2) % 3]
-        leo = 1000 + 100 * cycle + i % 97
-        leo1 = leo - (i + cycle) % 5
-        shrunk = (i * 7919 + cycle) % 1000 < 1
-        leo2 = leo - 90 if shrunk else leo - (i + 2 * cycle) % 3
-        hw = min(leo, leo1) if shrunk else min(leo, leo1, leo2)
         out.append(PartitionSample(
             cluster="bench", collector_id="bench", cycle=cycle, sample_time_ms=now, topic=f"bench-{i // 1000:03d}",
             topic_id=f"BENCHTOPIC{i // 1000:012d}", partition=i % 1000, leader=replicas[0], leader_epoch=3,
             replicas=replicas, isr=replicas[:2] if shrunk else replicas, elr=[], last_known_elr=[],
             high_watermark=hw, last_stable_offset=hw, log_start_offset=0,
-            replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in zip(replicas, (leo, leo1, leo2),
+            replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in zip(replicas, replica_leos,
                                                                                               strict=True)],
-            epoch_lineage=[EpochEntry(leader_epoch=3, start_offset=0)] if (i + cycle) % 12 == 0 else None,
+            epoch_lineage=[EpochEntry(leader_epoch=3, start_offset=0)] if lineage else None,
             min_insync_replicas=2, unclean_leader_election=False))
     return out
 

@@ -406,14 +406,14 @@ def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def steady_frame(steady: dict[str, Any], at: np.ndarray | None = None, **extra: Any) -> pd.DataFrame:
-    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column: all of them, or those
-    ``at``; ``extra``: more columns, a value for every row."""
-    return _output([_steady_columns(steady, at, extra)])
+def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
+    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column."""
+    return _output([_steady_columns(steady, None, {})])
 
 
 def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str, Any]
                     ) -> tuple[int, dict[str, Any]]:
+    """The steady step's metrics (all, or those ``at``) as output columns; ``extra``: a value for every row."""
     n = len(steady["partition"]) if at is None else len(at)
     columns: dict[str, Any] = {}
     for name, values in steady.items():
