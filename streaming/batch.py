@@ -5,12 +5,13 @@ between two micro-batches."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import threading
 import time
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ import pandas as pd
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming import StreamingQuery
+from pyspark.util import InheritableThread
 
 from replmon.core.config import ReplmonConfig
 from streaming.exporter import JobExporter
@@ -73,9 +75,14 @@ class StateBatchHandler:
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
         told = take_served(self.exporter, out[out["kind"] == KIND_BUCKET], partitions)
-        written = self.publish_events(batch, batch_id, told) if told.events else 0
+        # the events and the partition snapshots: Spark jobs over the persisted output, independent of each other,
+        # run at once (each small job waits mostly on scheduling and its commit, not on the cores)
+        writes: list[Callable[[], int]] = []
+        if told.events:
+            writes.append(functools.partial(self.publish_events, batch, batch_id, told))
         if told.history:
-            self.history.write_partitions(batch)
+            writes.append(functools.partial(self._write_partitions, batch))
+        written = sum(together(writes))
         now = time.time()
         self.exporter.count("replmon_job_batches_total", ())
         self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
@@ -99,10 +106,10 @@ class StateBatchHandler:
         partition_stale = (F.col("event_type") == "STALE") & F.col("topic").isNotNull()
         silenced = partition_stale & F.col("cluster").isin(*sorted(silent)) if silent else F.lit(False)
         rest = events.filter(~silenced)
-        counts = self.events.publish_from_executors(rest, batch_id, since, again)
+        counts, _ = together([functools.partial(self.events.publish_from_executors, rest, batch_id, since, again),
+                              functools.partial(self.history.write_event_rows, rest)])
         self.exporter.add_counts(counts)
         written = sum(amount for (name, _), amount in counts.items() if name == "replmon_events_total")
-        self.history.write_event_rows(rest)
         if silent:
             groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
             stale = collect(events.filter(silenced).select("payload"))
@@ -116,12 +123,42 @@ class StateBatchHandler:
             written += len(published)
         return int(written)
 
+    def _write_partitions(self, batch: DataFrame) -> int:
+        self.history.write_partitions(batch)
+        return 0
+
     def quarantine(self, payloads: list[str]) -> None:
         """The batch's bad records to the quarantine topic, counted by the kind of their reason."""
         bad = quarantined_records(payloads)
         self.events.quarantine(bad)
         for reason, count in bad["reason"].map(lambda r: r.split(":", 1)[0]).value_counts().items():
             self.exporter.count("replmon_quarantined_samples_total", (str(reason),), int(count))
+
+
+def together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Each call's result, the calls run at once: the first in this thread, each other in a thread that inherits
+    this one's Spark local properties (InheritableThread: a query's job group among them, so that a stop cancels
+    their Spark jobs too). Raises the first call's error of those that failed, once every call ended."""
+    results: list[Any] = [None] * len(calls)
+    errors: list[BaseException | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # raised below, in the caller's thread
+            errors[i] = exc
+
+    threads = [InheritableThread(run, args=(i,), daemon=True) for i in range(1, len(calls))]
+    for thread in threads:
+        thread.start()
+    if calls:
+        run(0)
+    for thread in threads:
+        thread.join()
+    for error in errors:
+        if error is not None:
+            raise error
+    return results
 
 
 def collect(frame: DataFrame) -> pd.DataFrame:

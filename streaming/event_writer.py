@@ -11,6 +11,7 @@ The counts are those of the events written now: a run again counts none twice.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from kafka import KafkaProducer
 
 from streaming.serving import event_counts
 
@@ -105,10 +107,55 @@ def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
         consumer.close()
 
 
+@dataclass
+class _Writer:
+    """A Python worker's producer, kept between its tasks (Spark reuses its Python workers), with the settings it
+    was made with (PEMs in its private temporary directory, removed with it)."""
+
+    key: str
+    producer: KafkaProducer
+    client: dict[str, Any]
+    directory: tempfile.TemporaryDirectory[str]
+
+    def close(self) -> None:
+        try:
+            self.producer.close(timeout=5)
+        finally:
+            self.directory.cleanup()
+
+
+_WRITER: list[_Writer] = []
+"""This worker's producer, if it made one (a list of at most one: no global statement)."""
+
+
+def _writer(target: EventTarget) -> _Writer:
+    """The producer for ``target``'s cluster and settings: this worker's, or a new one. A producer per task cost
+    each task with events its connections and the idempotent producer's id (~0.1 s of every micro-batch with
+    events: docs/benchmarks.md, "Streaming job")."""
+    key = json.dumps([target.bootstrap, target.client], sort_keys=True)
+    if _WRITER and _WRITER[0].key == key:
+        return _WRITER[0]
+    _drop_writer()
+    directory = tempfile.TemporaryDirectory(prefix="replmon-events-")
+    try:
+        client = _materialised(target.client, directory.name)
+        producer = KafkaProducer(bootstrap_servers=target.bootstrap, **PRODUCER_SETTINGS, **client)
+    except BaseException:
+        directory.cleanup()
+        raise
+    _WRITER.append(_Writer(key, producer, client, directory))
+    return _WRITER[0]
+
+
+def _drop_writer() -> None:
+    while _WRITER:
+        with contextlib.suppress(Exception):
+            _WRITER.pop().close()
+
+
 def write_events(target: EventTarget, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a micro-batch's event rows (``event_id``, ``payload``): this task's share written, each id
     once; yields what the events written now add to the counters (:data:`COUNT_SCHEMA`)."""
-    from kafka import KafkaProducer
     from pyspark import TaskContext
 
     ids: list[str] = []
@@ -119,21 +166,20 @@ def write_events(target: EventTarget, batches: Iterator[pa.RecordBatch]) -> Iter
     if not ids:
         return
     context = TaskContext.get()
-    with tempfile.TemporaryDirectory(prefix="replmon-events-") as directory:
-        client = _materialised(target.client, directory)
-        skip = written_ids(target, client) if target.again or (context and context.attemptNumber() > 0) else set()
-        producer = KafkaProducer(bootstrap_servers=target.bootstrap, **PRODUCER_SETTINGS, **client)
-        try:
-            headers = [(BATCH_HEADER, str(target.batch_id).encode())]
-            sent = [(event_id, payload) for event_id, payload in zip(ids, payloads, strict=True)
-                    if event_id not in skip]
-            futures = [producer.send(target.topic, key=event_id.encode(), value=payload.encode(), headers=headers)
-                       for event_id, payload in sent]
-            producer.flush()
-            for future in futures:
-                future.get(timeout=30)  # raises: the task fails, and Spark runs it again
-        finally:
-            producer.close(timeout=5)
+    writer = _writer(target)
+    skip = (written_ids(target, writer.client) if target.again or (context and context.attemptNumber() > 0)
+            else set())
+    headers = [(BATCH_HEADER, str(target.batch_id).encode())]
+    sent = [(event_id, payload) for event_id, payload in zip(ids, payloads, strict=True) if event_id not in skip]
+    try:
+        futures = [writer.producer.send(target.topic, key=event_id.encode(), value=payload.encode(),
+                                        headers=headers) for event_id, payload in sent]
+        writer.producer.flush()
+        for future in futures:
+            future.get(timeout=30)  # raises: the task fails, and Spark runs it again
+    except BaseException:
+        _drop_writer()  # its state is unknown: the task's next run connects again
+        raise
     counts = event_counts(json.loads(payload) for _, payload in sent)
     yield pa.RecordBatch.from_pydict({"name": [name for name, _ in counts],
                                       "labels": [json.dumps(list(labels)) for _, labels in counts],

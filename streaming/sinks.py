@@ -176,6 +176,7 @@ class EventsPublisher:
                                       **config.samples_security().kafka_python())
         self.bootstrap = config.samples_bootstrap()
         self.client = config.samples_security().kafka_python()
+        self._end_consumer: KafkaConsumer | None = None
 
     def publish(self, events: Iterable[tuple[str, str]], batch_id: int) -> list[str]:
         """Write ``(event_id, payload)`` pairs not written before; wait for the acknowledgements. Returns the
@@ -196,14 +197,21 @@ class EventsPublisher:
         return [payload for _, payload in written]
 
     def end_offsets(self) -> dict[int, int]:
-        """The events topic's end, per partition."""
-        consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False, group_id=None,
-                                 client_id="replmon-events-end", **self.client)
+        """The events topic's end, per partition. One consumer for the publisher's life: a new one per micro-batch
+        (connection, metadata) cost ~0.12 s of each micro-batch with events (docs/benchmarks.md, "Streaming job");
+        one that failed is closed, and the next call connects again."""
+        if self._end_consumer is None:
+            self._end_consumer = KafkaConsumer(bootstrap_servers=self.bootstrap, enable_auto_commit=False,
+                                               group_id=None, client_id="replmon-events-end", **self.client)
+        consumer = self._end_consumer
         try:
             parts = [TopicPartition(self.topic, p) for p in sorted(consumer.partitions_for_topic(self.topic) or ())]
             return {tp.partition: int(offset) for tp, offset in consumer.end_offsets(parts).items()}
-        finally:
-            consumer.close()
+        except Exception:
+            self._end_consumer = None
+            with contextlib.suppress(Exception):
+                consumer.close()
+            raise
 
     def publish_from_executors(self, events: DataFrame, batch_id: int, since: dict[int, int], again: bool
                                ) -> Counter[tuple[str, tuple[str, ...]]]:
@@ -233,6 +241,9 @@ class EventsPublisher:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.producer.close(timeout=5)
+        if self._end_consumer is not None:
+            with contextlib.suppress(Exception):
+                self._end_consumer.close()
 
 
 DAY_MS = 86_400_000

@@ -5,22 +5,27 @@ read back by a consumer, and in the history."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
+import pytest
 from kafka import KafkaConsumer, TopicPartition
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.util import InheritableThread
 
 from replmon.contracts.events import Event, EventSource, EventType, Severity
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig
 from replmon.core.kafka_topics import ensure_topic
+from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
-from streaming.batch import BatchGate, JobStats, StateBatchHandler
-from streaming.event_writer import EventTarget, write_events
+from streaming.batch import BatchGate, JobStats, StateBatchHandler, together
+from streaming.event_writer import EventTarget, _drop_writer, _writer, write_events
 from streaming.exporter import JobExporter
 from streaming.processor import KIND_BUCKET, OUTPUT_COLUMNS, OUTPUT_SCHEMA, event_row
 from streaming.serving import ServedColumns, partials
@@ -98,6 +103,21 @@ def test_a_task_that_may_have_written_before_writes_only_the_ids_not_written(clu
     assert counted(first) == {"replmon_events_total": 2} and counted(other) == {"replmon_events_total": 1}
 
 
+def test_a_python_worker_keeps_its_events_producer_between_tasks(cluster: LocalCluster) -> None:
+    """The executors' producer is made once per Python worker (Spark reuses them) and kept for every micro-batch
+    to the same cluster with the same settings; other settings replace it, the old one closed, its PEM directory
+    removed."""
+    target = EventTarget(cluster.bootstrap_servers.split(","), "any.events", {"ssl_cafile": {"pem": "ca"}}, 1)
+    first = _writer(target)
+    try:
+        assert _writer(dataclasses.replace(target, batch_id=2, again=True)) is first
+        assert Path(first.client["ssl_cafile"]).read_text() == "ca"
+        other = _writer(dataclasses.replace(target, client={"request_timeout_ms": 20_000}))
+        assert other is not first and first.producer._closed and not Path(first.directory.name).exists()
+    finally:
+        _drop_writer()
+
+
 def test_events_leave_from_the_executors_once_each_and_a_replay_writes_none_again(
     cluster: LocalCluster, spark: SparkSession, topic_name: str, tmp_path: Path,
 ) -> None:
@@ -154,3 +174,59 @@ def test_a_micro_batch_run_again_and_a_query_that_replaces_another_read_back_fro
     assert new.begin(1, lambda: {0: 40}) == ({0: 40}, False)
     after_a_commit = EventBatches(spark, str(tmp_path), "state-2", replaced=("state", 6))
     assert after_a_commit.begin(0, lambda: {0: 50}) == ({0: 50}, False)
+
+
+def test_the_micro_batch_writes_run_at_once_in_the_query_s_job_group_and_a_stop_cancels_them(
+        spark: SparkSession) -> None:
+    """streaming.batch.together, as the foreachBatch handler runs the events and the history: every call at once,
+    each in the calling thread's job group (a stop cancels the query's group: every Spark job of the micro-batch
+    ends), and an error raised only once every call ended."""
+    sc = spark.sparkContext
+    meeting = threading.Barrier(3, timeout=60)  # passes only if the three calls run at once
+
+    def group() -> str | None:
+        meeting.wait()
+        return sc.getLocalProperty("spark.jobGroup.id")
+
+    sc.setJobGroup("replmon-together", "the query's group", interruptOnCancel=True)
+    try:
+        assert together([group, group, group]) == ["replmon-together"] * 3
+        finished = threading.Event()
+
+        def fails() -> None:
+            raise ValueError("the events failed")
+
+        with pytest.raises(ValueError, match="the events failed"):
+            together([fails, lambda: finished.set()])
+        assert finished.is_set()
+
+        def endless() -> list[Any]:  # a Spark job that runs until it is cancelled (at most two minutes)
+            return spark.range(1, numPartitions=1).rdd.map(lambda _: _spin(120)).collect()
+
+        errors: list[BaseException] = []
+
+        def handler() -> None:
+            try:
+                together([endless, endless])
+            except BaseException as exc:
+                errors.append(exc)
+
+        caller = InheritableThread(handler, daemon=True)
+        caller.start()
+        wait_until(lambda: len(sc.statusTracker().getJobIdsForGroup("replmon-together")) >= 2, 60,
+                   "both Spark jobs submitted in the group")
+        sc.cancelJobGroup("replmon-together")
+        caller.join(timeout=60)
+        assert not caller.is_alive() and errors, "the calls did not end with the group cancelled"
+        assert "cancel" in str(errors[0]).lower(), errors[0]
+        assert not sc.statusTracker().getActiveJobsIds(), "a job of the group still runs"
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+def _spin(seconds: float) -> int:
+    import time
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    return 0
