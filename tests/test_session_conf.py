@@ -30,6 +30,10 @@ def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:
     assert conf[MANAGER] == FILESYSTEM_CHECKPOINT_MANAGER
     assert conf["spark.jars.packages"] == KAFKA_CONNECTOR
     assert "spark.archives" not in conf  # the executors are this process's
+    assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"  # interpreted projections (the parse's checks)
+    # the operator's setting wins: Spark's default code generation back
+    fallback = spark_conf(StreamConfig(spark_conf={"spark.sql.codegen.factoryMode": "FALLBACK"}))
+    assert fallback["spark.sql.codegen.factoryMode"] == "FALLBACK"
 
 
 def test_a_cluster_master_gets_its_own_addresses_the_code_archive_and_its_cores_as_state_tasks() -> None:
