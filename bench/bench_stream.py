@@ -327,6 +327,7 @@ class Latency:
 def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir: Path, cprofile: bool) -> None:
     """Instrument the job without changing it: subclasses of its exporter, batch handler and processor are put in
     place of the originals in streaming.job (the processor subclass travels to the Python workers by value)."""
+    import streaming.batch as batch_module
     import streaming.job as job_module
     from streaming.exporter import JobExporter
     from streaming.processor import ReplicationProcessor
@@ -349,16 +350,13 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                                     "recording": float(latency.recording)})
             latency.previous_newest_s = newest
 
+    handlers: list[Any] = []
+
     class TimedHandler(job_module.StateBatchHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            handlers.append(self)
             self._phase: dict[str, float] = {}
-            self.events.publish = self._timed("publish", self.events.publish)  # type: ignore[method-assign]
-            self.events.publish_from_executors = self._timed(  # type: ignore[method-assign]
-                "publish", self.events.publish_from_executors)
-            self.history.write_event_rows = self._timed("history", self.history.write_event_rows)  # type: ignore[method-assign]
-            self.history.write_events = self._timed("history", self.history.write_events)  # type: ignore[method-assign]
-            self.history.write_partitions = self._timed("history", self.history.write_partitions)  # type: ignore[method-assign]
             self.exporter.update_partitions = self._timed("exporter", self.exporter.update_partitions)  # type: ignore[method-assign]
 
         def _timed(self, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -414,6 +412,27 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             yield frame
 
     job_module.StateBatchHandler = TimedHandler  # type: ignore[misc]
+    # the micro-batch's writes (events, their history, the snapshots) run at once: their wall time as one phase,
+    # the outermost call's (the events' own writes are a call within it)
+    plain_together = batch_module.together
+    depth = [0]
+    depth_lock = threading.Lock()
+
+    def timed_together(calls: Any) -> list[Any]:
+        with depth_lock:
+            outer = depth[0] == 0
+            depth[0] += 1
+        started = time.perf_counter()
+        try:
+            return plain_together(calls)
+        finally:
+            with depth_lock:
+                depth[0] -= 1
+            handler = handlers[-1] if handlers else None
+            if outer and handler is not None:
+                handler._phase["writes"] = handler._phase.get("writes", 0.0) + time.perf_counter() - started
+
+    batch_module.together = timed_together  # type: ignore[assignment]
     job_module.ReplicationProcessor = TimedProcessor  # type: ignore[misc]
     job_module.JobExporter = BenchExporter  # type: ignore[misc]
     globals()["BenchExporter"] = BenchExporter
@@ -1037,10 +1056,11 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         frame = pd.DataFrame(timings).fillna(0)
         mean = frame.mean(numeric_only=True)
         parts = ", ".join(f"{name} {mean.get(name, 0):.2f} s" for name in
-                          ("spark_and_collect", "exporter", "history", "publish"))
+                          ("spark_and_collect", "exporter", "writes"))
         line = (f"Where a {label} batch goes (means over {len(frame)} batches): foreachBatch handler "
                 f"{mean['handler']:.2f} s = {parts}. 'spark_and_collect' is batch.toPandas(): the Kafka read, "
-                "parsing, shuffle into buckets and the Python processor, and the collect to the driver.")
+                "parsing, shuffle into buckets and the Python processor, and the collect to the driver; 'writes': "
+                "the events to their topic and the history, and the partition snapshots, Spark jobs at once.")
         if prof:
             per = prof["rows_in"] / 1e6
             line += (f" In the Python workers ({prof['calls']:.0f} bucket calls, {prof['rows_in']:,.0f} partitions "
