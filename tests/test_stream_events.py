@@ -5,8 +5,10 @@ read back by a consumer, and in the history."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import socket
 import threading
 from collections import Counter
 from pathlib import Path
@@ -188,6 +190,7 @@ def test_the_micro_batch_writes_run_at_once_in_the_query_s_job_group_and_a_stop_
         meeting.wait()
         return sc.getLocalProperty("spark.jobGroup.id")
 
+    listener = socket.create_server(("127.0.0.1", 0))
     sc.setJobGroup("replmon-together", "the query's group", interruptOnCancel=True)
     try:
         assert together([group, group, group]) == ["replmon-together"] * 3
@@ -200,8 +203,12 @@ def test_the_micro_batch_writes_run_at_once_in_the_query_s_job_group_and_a_stop_
             together([fails, lambda: finished.set()])
         assert finished.is_set()
 
-        def endless() -> list[Any]:  # a Spark job that runs until it is cancelled (at most two minutes)
-            return spark.range(1, numPartitions=1).rdd.map(lambda _: _spin(120)).collect()
+        # a Spark job whose task waits for this test to answer on a socket (at most two minutes): it runs until
+        # it is cancelled; the test answers only by closing the socket, at its end
+        port = listener.getsockname()[1]
+
+        def endless() -> list[Any]:
+            return spark.range(1, numPartitions=1).rdd.map(lambda _: _wait_for_an_answer(port, 120)).collect()
 
         errors: list[BaseException] = []
 
@@ -221,12 +228,12 @@ def test_the_micro_batch_writes_run_at_once_in_the_query_s_job_group_and_a_stop_
         assert "cancel" in str(errors[0]).lower(), errors[0]
         assert not sc.statusTracker().getActiveJobsIds(), "a job of the group still runs"
     finally:
+        listener.close()
         sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 
-def _spin(seconds: float) -> int:
-    import time
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
+def _wait_for_an_answer(port: int, timeout_s: float) -> int:
+    """A task's wait for a byte (or the end) from the test's socket, with a deadline."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as conn:
+        conn.recv(1)
     return 0
