@@ -331,6 +331,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
     import streaming.job as job_module
     from streaming.exporter import JobExporter
     from streaming.processor import ReplicationProcessor
+    from streaming.pyspark_hooks import arrow_output
 
     class BenchExporter(JobExporter):
         def update_partitions(self, rows: pd.DataFrame) -> None:
@@ -399,7 +400,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                 now = time.perf_counter()
                 spent[name], counts[name], last = now - last, count, now
 
-            frame = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]), step)
+            output = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]), step)
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
@@ -409,7 +410,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                 # partitions sampled (the processor's outputs): an input row is a batch's share of a bucket
                 f.write(json.dumps({"t": time.time(), "rows_in": counts["process"], "rows_out": counts["frame"],
                                     "partitions": counts["save"], **spent}) + "\n")
-            yield frame
+            yield arrow_output(output)
 
     job_module.StateBatchHandler = TimedHandler  # type: ignore[misc]
     # the micro-batch's writes (events, their history, the snapshots) run at once: their wall time as one phase,

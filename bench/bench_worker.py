@@ -43,7 +43,8 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from pyspark.sql.pandas.types import to_arrow_schema  # noqa: E402
+from pyspark.sql.pandas.serializers import TransformWithStateInPandasSerializer  # noqa: E402
+from pyspark.sql.pandas.types import to_arrow_type  # noqa: E402
 
 from bench.batch_producer import workload  # noqa: E402
 from bench.docsection import write_section  # noqa: E402
@@ -52,7 +53,16 @@ from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaOffset
 from replmon.core.config import StreamConfig  # noqa: E402
 from streaming.batches import BATCH, buckets_of, split_records  # noqa: E402
 from streaming.detect import DetectConfig  # noqa: E402
-from streaming.processor import OUTPUT_SCHEMA, _frame, apply_bucket, serve, steady_frame  # noqa: E402
+from streaming.processor import (  # noqa: E402
+    OUTPUT_SCHEMA,
+    _frame,
+    _output,
+    _row_columns,
+    _steady_columns,
+    apply_bucket,
+    serve,
+)
+from streaming.pyspark_hooks import arrow_output  # noqa: E402
 from streaming.table import PackedTable, pack, unpack  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -66,7 +76,9 @@ TASKS = 6
 each)."""
 CFG = DetectConfig()
 SERIES_BUDGET = StreamConfig().series_budget
-ARROW_OUTPUT = to_arrow_schema(OUTPUT_SCHEMA)
+ARROW_OUTPUT = to_arrow_type(OUTPUT_SCHEMA)
+SERIALIZER = TransformWithStateInPandasSerializer("UTC", False, True, 10_000)
+"""The Python workers' serializer of the processor's output (PySpark's, with the job's hook)."""
 
 
 def samples_of(partitions: int, cycle: int) -> list[PartitionSample]:
@@ -140,12 +152,12 @@ def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_fo
             t3 = clock()
             table, out = apply_bucket(table, frame, CFG, 1_700_000_000_000 + cycle * 10_000 + 500)
             t4 = clock()
-            output = _frame(out.rows)
             if steady:  # what leaves the processor, as the processor chooses it (the design before had no choice)
-                output = serve(table, output, 0, SERIES_BUDGET, "bench", out.steady)
-            elif out.steady is not None:
-                output = pd.concat([output, steady_frame(out.steady)], ignore_index=True)
-            pa.Table.from_pandas(output, schema=ARROW_OUTPUT, preserve_index=False, safe=False)
+                output = serve(table, _frame(out.rows), 0, SERIES_BUDGET, "bench", out.steady)
+            else:
+                output = _output([_row_columns(out.rows)] + (
+                    [] if out.steady is None else [_steady_columns(out.steady, None, {})]))
+            SERIALIZER._create_batch([(arrow_output(output), ARROW_OUTPUT)])
             t5 = clock()
             stored = pack(table) if steady else _pack_packed(table)
             t6 = clock()

@@ -272,11 +272,6 @@ def _lists(array: pa.Array) -> Lists:
                  np.asarray(array.is_valid().to_numpy(zero_copy_only=False), bool))
 
 
-def _membership(array: pa.Array) -> list[Any]:
-    """A list column as the metrics give it: each entry's list (a numpy array), ``None`` for none."""
-    return list(array.to_numpy(zero_copy_only=False))
-
-
 def as_entries(samples: Sequence[Mapping[str, Any]]) -> pa.Table:
     """Partition samples given as dicts (JSON records, parsed) as a batch's entries: one way to compare both."""
     return pa.Table.from_pylist(list(samples), schema=ARROW_SCHEMA)
@@ -347,5 +342,4 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     values["lineage_sampled"] = sampled.astype(np.int64)
     values["lineage_fingerprint"] = lineage_fingerprints(
         Lists(flat, 2 * _numpy(pc.list_value_length(lineage), 0).astype(np.int64), sampled))
-    lists = {name: _membership(membership[name]) for name in MEMBERSHIP}
-    return SampleColumns(rows[entries], values, log_end_offsets, lists)
+    return SampleColumns(rows[entries], values, log_end_offsets, membership)

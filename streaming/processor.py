@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from pydantic_core import from_json
+from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
     ExpiredTimerInfo,
     StatefulProcessor,
@@ -60,6 +61,7 @@ from streaming.detect import (
     step_partition_change,
     step_replica,
 )
+from streaming.pyspark_hooks import arrow_output, as_pandas
 from streaming.serving import ServedColumns, partials, ranked
 from streaming.state import (
     BrokerRegistry,
@@ -127,6 +129,8 @@ OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     + list(ROW_TAIL.fields))
 """The processor's output rows: :data:`ROW_HEAD`, the fields of :class:`~streaming.detect.PartitionMetrics`, then
 :data:`ROW_TAIL`."""
+OUTPUT_ARROW = to_arrow_schema(OUTPUT_SCHEMA)
+"""The output rows as the Arrow batch the processor yields (:func:`streaming.pyspark_hooks.arrow_output`)."""
 NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history", "served")
 """The output columns that are not a partition's metrics (the exporter's table and the history leave them out)."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
@@ -350,9 +354,10 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     else:
         row_of = np.full(len(codes), -1, np.int64)
         row_of[code] = rows
-        picks = list(zip(last_round[whole].tolist(), last_at[whole].tolist(), strict=True))
-        combined = SteadyBatch(row_of[whole], {name: [rounds[r].lists[name][at] for r, at in picks]
-                                               for name in MEMBERSHIP}, history[whole])
+        starts = np.cumsum([0] + [len(batch.rows) for batch in rounds])
+        picks = pa.array(starts[last_round[whole]] + last_at[whole])  # its place in the rounds, one after another
+        combined = SteadyBatch(row_of[whole], {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
+                                               .take(picks) for name in MEMBERSHIP}, history[whole])
     out.metrics = steady_metrics(table.steady, combined)
     return out
 
@@ -394,10 +399,10 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
 
 
 def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
-    """The steady step's metrics as :func:`partition_row` gives them, a dict per partition (lists, not arrays)."""
+    """The steady step's metrics as :func:`partition_row` gives them, a dict per partition (lists, not arrays;
+    maps as dicts)."""
     names = [name for name in steady if name != MATRICES]
-    values = [steady[name].tolist() if isinstance(steady[name], np.ndarray)
-              else [x.tolist() if isinstance(x, np.ndarray) else x for x in steady[name]] for name in names]
+    values = [_python(steady[name]) for name in names]
     rows = []
     for row in zip(*values, strict=True):
         out = dict(zip(names, row, strict=True))
@@ -406,9 +411,18 @@ def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def _python(values: Any) -> list[Any]:
+    """A column of the steady step's metrics as Python values."""
+    if isinstance(values, pa.Array):
+        return list(values.to_pylist(maps_as_pydicts="strict"))
+    if isinstance(values, np.ndarray):
+        return list(values.tolist())
+    return [x.tolist() if isinstance(x, np.ndarray) else x for x in values]
+
+
 def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
-    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column."""
-    return _output([_steady_columns(steady, None, {})])
+    """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column, as pandas."""
+    return as_pandas(_output([_steady_columns(steady, None, {})]))
 
 
 def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str, Any]
@@ -420,7 +434,8 @@ def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[s
         if name == MATRICES:
             continue
         if at is not None:
-            values = values[at] if isinstance(values, np.ndarray) else [values[i] for i in at.tolist()]
+            values = (values[at] if isinstance(values, np.ndarray) else values.take(at) if isinstance(values, pa.Array)
+                      else [values[i] for i in at.tolist()])
         columns[name] = values
     columns["kind"] = [KIND_PARTITION] * n
     for name, value in extra.items():
@@ -429,37 +444,46 @@ def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[s
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Output rows as a frame; absent values are None (a NaN in a map or array column breaks Arrow)."""
-    return _output([_row_columns(rows)])
+    """Output rows as a frame, its columns object arrays (no pandas concat, which checks every value of a column
+    that is null in one part); absent values are None (a NaN in a map or array column breaks Arrow)."""
+    n, columns = _row_columns(rows)
+    data: dict[str, np.ndarray] = {}
+    for name in OUTPUT_COLUMNS:
+        column = np.empty(n, dtype=object)
+        if n:
+            column[:] = np.fromiter(columns[name], dtype=object, count=n)  # numpy would make lists a 2nd dimension
+        data[name] = column
+    return pd.DataFrame(data, columns=OUTPUT_COLUMNS, copy=False)
 
 
 def _row_columns(rows: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
     return len(rows), {name: [row.get(name) for row in rows] for name in OUTPUT_COLUMNS}
 
 
-def _output(parts: list[tuple[int, dict[str, Any]]]) -> pd.DataFrame:
-    """One frame of the parts (row counts and columns: lists or arrays, a column absent is null), its columns
-    object arrays: what PySpark converts to Arrow with the output schema, and no pandas concat (which checks
-    every value of a column that is null in one part)."""
+def _output(parts: list[tuple[int, dict[str, Any]]]) -> pa.RecordBatch:
+    """One Arrow batch of the parts (row counts and columns: lists or arrays of Python values, numpy arrays of
+    numbers; a column absent is null), in :data:`OUTPUT_ARROW`: what leaves the processor. Numeric columns are
+    taken whole; lists and maps (lists, tuples, numpy arrays; dicts) by Arrow's own conversion; Arrow arrays as
+    they are (cast to the column's type)."""
     total = sum(n for n, _ in parts)
-    data: dict[str, np.ndarray] = {}
-    for name in OUTPUT_COLUMNS:
-        column = np.empty(total, dtype=object)
-        at = 0
+    arrays: list[pa.Array] = []
+    for f in OUTPUT_ARROW:
+        chunks = []
         for n, columns in parts:
-            values = columns.get(name)
-            if values is not None and n:
-                if isinstance(values, np.ndarray) and values.dtype != object:
-                    column[at:at + n] = values.tolist()
-                else:  # element by element: numpy would make nested lists a second dimension
-                    column[at:at + n] = np.fromiter(values, dtype=object, count=n)
-            at += n
-        data[name] = column
-    return pd.DataFrame(data, columns=OUTPUT_COLUMNS, copy=False)
+            if not n:
+                continue
+            values = columns.get(f.name)
+            if isinstance(values, pa.Array):
+                chunks.append(values if values.type == f.type else values.cast(f.type))
+            else:
+                chunks.append(pa.nulls(n, f.type) if values is None else pa.array(values, f.type))
+        arrays.append(pa.concat_arrays(chunks) if len(chunks) > 1 else chunks[0] if chunks
+                      else pa.nulls(total, f.type))
+    return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_ARROW)
 
 
 def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str,
-          steady: dict[str, Any] | None = None) -> pd.DataFrame:
+          steady: dict[str, Any] | None = None) -> pa.RecordBatch:
     """What of a bucket call's output leaves the processor (:mod:`streaming.serving`): the quarantined records and
     events; the partition rows that are history snapshots or the bucket's candidates (``served``), with the rows
     of the partitions that became candidates without a sample (all of them for a run the bucket has not told
@@ -573,10 +597,10 @@ class ReplicationProcessor(StatefulProcessor):
 
     def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
                         timerValues: TimerValues) -> Iterator[pd.DataFrame]:
-        yield self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]))
+        yield arrow_output(self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0])))
 
     def process_rows(self, rows: Iterator[pd.DataFrame], now_ms: int, bucket: int = 0,
-                     step: Step = lambda _name, _count: None) -> pd.DataFrame:
+                     step: Step = lambda _name, _count: None) -> pa.RecordBatch:
         """One bucket's samples of a micro-batch through its table; ``step(name, count)`` is called after each
         step (input: samples, load: partitions, process: outputs, save: partitions, frame: rows), for the
         benchmark's timings."""
@@ -589,13 +613,13 @@ class ReplicationProcessor(StatefulProcessor):
             step("load", len(table))
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
-            frame = serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady)
-            step("frame", len(frame))
+            output = serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady)
+            step("frame", output.num_rows)
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next
                 self.handle.registerTimer(now_ms + self.timer_period_ms)
             step("save", len(table))
-        return frame
+        return output
 
     def handleInitialState(self, key: Any, initialState: pd.DataFrame, timerValues: TimerValues) -> None:
         """A bucket's table from the query this one replaced (streaming.reshard), stored as it was packed; its
@@ -611,12 +635,12 @@ class ReplicationProcessor(StatefulProcessor):
         with gc_paused():
             stored = self.table.load()
             table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
-            frame = _frame(out)
+            output = _output([_row_columns(out)])
             if out or (stored is not None and stored.served.run != self.run):
-                frame = serve(table, frame, int(key[0]), self.series_budget, self.run)
+                output = serve(table, _frame(out), int(key[0]), self.series_budget, self.run)
                 self.table.save(table)
             self.handle.registerTimer(now_ms + self.timer_period_ms)  # the chain goes on, samples or not
-        yield frame
+        yield arrow_output(output)
 
     def close(self) -> None:
         pass

@@ -1,6 +1,6 @@
 """Every use of PySpark's private API, in one place, behind a check of the PySpark version it was written against.
 
-The job runs on the public API alone; three private hooks make it cheaper, each measured (docs/benchmarks.md,
+The job runs on the public API alone; these private hooks make it cheaper, each measured (docs/benchmarks.md,
 "Streaming job"):
 
 * :class:`JsonProgressListener`: a progress listener whose events cross Py4J once, as their JSON (it replaces
@@ -9,7 +9,9 @@ The job runs on the public API alone; three private hooks make it cheaper, each 
   not PySpark's ``lastProgress``, which rebuilds the whole progress over Py4J;
 * :func:`quiet_stop_noise`: Spark's loggers that call a deliberate stop a failure, turned off as the job stops;
 * :func:`daemon_conf`: the Python workers' daemon, ``streaming.worker_daemon``, which wraps ``pyspark.daemon``'s
-  ``worker`` and turns off imports from zip archives.
+  ``worker`` and turns off imports from zip archives;
+* :func:`arrow_output`: the state processor's output handed to PySpark's serializer as the Arrow batch it already
+  is (``TransformWithStateInPandasSerializer._create_struct_array``), not as pandas that PySpark converts back.
 
 They hold for the PySpark version ``pyproject.toml`` pins (:data:`PINNED_PYSPARK`). On any other version each
 falls back to the public way, with one warning: the job keeps working, at the public API's cost, rather than
@@ -23,6 +25,8 @@ import json
 import logging
 from typing import Any
 
+import pandas as pd
+import pyarrow as pa
 import pyspark
 from pyspark import SparkContext
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
@@ -133,3 +137,61 @@ class JsonProgressEvents:
 
     class Java:
         implements = ["org.apache.spark.sql.streaming.PythonStreamingQueryListener"]
+
+
+ARROW_OUTPUT = "replmon.arrow_output"
+"""The key, in a yielded frame's ``attrs``, of the Arrow batch it stands for (:func:`arrow_output`)."""
+
+
+def arrow_output(batch: pa.RecordBatch) -> pd.DataFrame:
+    """What a transformWithStateInPandas processor yields for ``batch``, its rows in the output schema.
+
+    PySpark's public path takes a pandas frame and converts it to Arrow column by column; every map and list column
+    goes through a Python function per row (``_create_converter_from_pandas``, then ``Array.from_pandas``): ~12 µs
+    per row of the processor's output, more than its detection (docs/benchmarks.md, "Python workers"). With the
+    hooks on, the frame is an empty one of the batch's length that carries the batch, and the serializer's hook
+    (:func:`install_arrow_output`) hands the batch's columns to the JVM as they are. Otherwise the batch as pandas
+    (integers with nulls as Python ints, maps as dicts), for PySpark's own conversion."""
+    if install_arrow_output():
+        frame = pd.DataFrame(index=pd.RangeIndex(batch.num_rows))
+        frame.attrs[ARROW_OUTPUT] = batch
+        return frame
+    return as_pandas(batch)
+
+
+def as_pandas(batch: pa.RecordBatch) -> pd.DataFrame:
+    """An output batch as the pandas frame PySpark's public path converts: integers with nulls as Python ints
+    (not floats, which lose offsets above 2**53), maps as dicts, lists as arrays."""
+    return batch.to_pandas(integer_object_nulls=True, maps_as_pydicts="strict")
+
+
+def struct_array(batch: pa.RecordBatch, arrow_struct_type: pa.StructType) -> pa.StructArray:
+    """``batch`` as PySpark's conversion builds the struct array of a processor's output type
+    (``_create_struct_array``): its columns by the fields' names, each cast to the field's type where it differs
+    (``spark.sql.execution.arrow.useLargeVarTypes``: large strings), the struct by names (nullable fields)."""
+    fields = list(arrow_struct_type)
+    columns = [batch.column(f.name) for f in fields]
+    return pa.StructArray.from_arrays([c if c.type == f.type else c.cast(f.type) for c, f in zip(columns, fields,
+                                                                                                 strict=True)],
+                                      [f.name for f in fields])
+
+
+@functools.cache
+def install_arrow_output() -> bool:
+    """The serializer's hook for :func:`arrow_output`, installed once in this process (a Python worker): a frame
+    that carries a batch becomes the batch's struct array; any other frame takes PySpark's own conversion. False
+    (nothing installed) without the hooks."""
+    if not enabled():
+        return False
+    from pyspark.sql.pandas.serializers import TransformWithStateInPandasSerializer
+
+    original = TransformWithStateInPandasSerializer._create_struct_array
+
+    def create_struct_array(self: Any, df: Any, arrow_struct_type: pa.StructType) -> pa.Array:
+        batch = df.attrs.get(ARROW_OUTPUT) if isinstance(df, pd.DataFrame) else None
+        if batch is None:
+            return original(self, df, arrow_struct_type)
+        return struct_array(batch, arrow_struct_type)
+
+    TransformWithStateInPandasSerializer._create_struct_array = create_struct_array  # type: ignore[method-assign]
+    return True

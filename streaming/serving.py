@@ -231,8 +231,9 @@ class ServedColumns:
         self._widen(width)
         valid = brokers >= 0
         in_isr = valid.copy()
+        isr = steady["isr"]  # an Arrow list array
         for k in np.flatnonzero(np.asarray(steady["isr_size"]) < np.asarray(steady["replica_count"])).tolist():
-            in_isr[k] = np.isin(brokers[k], steady["isr"][k]) & valid[k]
+            in_isr[k] = np.isin(brokers[k], isr[k].as_py()) & valid[k]
         for name in _MATRIX_COLUMNS:
             c[name][rows] = -1 if name == "replica" else 0
         c["replica"][rows, :width] = brokers

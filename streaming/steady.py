@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from streaming.detect import LEO_HISTORY_LENGTH, LEO_HISTORY_STEP_MS, METADATA_PROPAGATION_MS, DetectConfig, Health
 from streaming.state import (
@@ -310,6 +312,9 @@ def lineage_fingerprints(pairs: Lists) -> Ints:
 
 
 MEMBERSHIP = ("isr", "replicas", "elr", "last_known_elr")
+MEMBERSHIP_TYPE = pa.list_(pa.int64())
+"""The membership lists of steady samples, as Arrow arrays (a batch's entries hold them so: taken, not
+converted)."""
 SAMPLE_VALUES = ("sample_time_ms", "cycle", "leader", "leader_epoch", "fingerprint", "high_watermark",
                  "log_start_offset", "lineage_sampled", "lineage_fingerprint")
 
@@ -318,17 +323,17 @@ SAMPLE_VALUES = ("sample_time_ms", "cycle", "leader", "leader_epoch", "fingerpri
 class SampleColumns:
     """The samples of a micro-batch that may be steady (each the only record of its partition, its partition
     with a row), as arrays: their rows, the numbers :func:`steady_step` compares and writes, each replica's LEO in
-    the row's broker order, and the membership lists as the metrics give them."""
+    the row's broker order, and the membership lists as the metrics give them (Arrow list arrays)."""
 
     rows: Ints
     values: dict[str, Ints]
     log_end_offsets: Ints
-    lists: dict[str, list[Any]]
+    lists: dict[str, pa.Array]
 
     @classmethod
     def empty(cls, width: int) -> SampleColumns:
         return cls(np.zeros(0, np.int64), {name: np.zeros(0, np.int64) for name in SAMPLE_VALUES},
-                   np.zeros((0, width), np.int64), {name: [] for name in MEMBERSHIP})
+                   np.zeros((0, width), np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP})
 
 
 @dataclass
@@ -337,7 +342,7 @@ class SteadyBatch:
     history snapshot (:func:`streaming.processor.history_due`)."""
 
     rows: Ints
-    lists: dict[str, list[Any]]
+    lists: dict[str, pa.Array]
     history: Bools
 
     def keys(self, columns: SteadyColumns) -> list[PartitionKey]:
@@ -353,7 +358,8 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     would one by one (no events: a sample that would emit one is not steady). The samples left out take the
     step of :mod:`streaming.detect`."""
     if not len(gathered.rows):
-        return SteadyBatch(np.zeros(0, np.int64), {name: [] for name in MEMBERSHIP}, np.zeros(0, np.bool_))
+        return SteadyBatch(np.zeros(0, np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP},
+                           np.zeros(0, np.bool_))
     c = columns.columns
     rows = gathered.rows
     v = gathered.values
@@ -415,8 +421,8 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     c["received_ms"][rows] = now_ms
     c["stale"][rows] = False
     history = ((t // 60_000) != (prev_t // 60_000)) | before_stale | (c["hw_stalled"][rows] != before_stalled)
-    picked = keep.tolist()
-    return SteadyBatch(rows, {name: [values[k] for k in picked] for name, values in gathered.lists.items()}, history)
+    picked = pa.array(keep)
+    return SteadyBatch(rows, {name: values.take(picked) for name, values in gathered.lists.items()}, history)
 
 
 MATRICES = "_matrices"
@@ -424,10 +430,20 @@ MATRICES = "_matrices"
 for the leader; its time lag): not a metric, for :meth:`streaming.serving.ServedColumns.record_steady`."""
 
 
+def _none_empty(lists: pa.Array) -> pa.Array:
+    """A list per row, an empty one for none (the metrics' ELRs)."""
+    return pc.fill_null(lists, pa.scalar([], lists.type)) if lists.null_count else lists
+
+
+BROKER_MAP = pa.map_(pa.int64(), pa.int64())
+"""A map of follower broker -> lag, as Arrow holds the metrics' follower lags."""
+
+
 def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]:
-    """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (lists and arrays) under the
-    metrics' field names: what :func:`streaming.detect.metrics_of` gives for each row's state; and the replicas'
-    as matrices under :data:`MATRICES`."""
+    """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (lists, numpy arrays, and
+    the follower lags as Arrow maps, built from the matrices at once) under the metrics' field names: what
+    :func:`streaming.detect.metrics_of` gives for each row's state; and the replicas' as matrices under
+    :data:`MATRICES`."""
     c = columns.columns
     rows = batch.rows
     n = len(rows)
@@ -474,12 +490,14 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
     health = np.select([under_min_isr, under_replicated, at_min_isr, lagging],
                        [Health.UNDER_MIN_ISR, Health.UNDER_REPLICATED, Health.AT_MIN_ISR, Health.LAGGING],
                        Health.HEALTHY)
-    broker_lists, lag_lists, time_lists = brokers.tolist(), lag.tolist(), time_lag.tolist()
-    follower_lists = followers.tolist()
-    follower_lag = [{b: x for b, x, f in zip(bs, xs, fs, strict=True) if f}
-                    for bs, xs, fs in zip(broker_lists, lag_lists, follower_lists, strict=True)]
-    follower_time_lag = [{b: x for b, x, f in zip(bs, xs, fs, strict=True) if f}
-                         for bs, xs, fs in zip(broker_lists, time_lists, follower_lists, strict=True)]
+    offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(followers.sum(axis=1), out=offsets[1:])
+    follower_brokers = pa.array(brokers[followers])  # row by row, each row's slots in order
+
+    def by_follower(values: np.ndarray) -> pa.MapArray:
+        return pa.MapArray.from_arrays(pa.array(offsets), follower_brokers, pa.array(values[followers]),
+                                       type=BROKER_MAP)
+
     lists = batch.lists
     names = columns.names
     log_start = c["log_start_offset"][rows]
@@ -494,11 +512,10 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
         "log_start_offset": [None if x == NULL else x for x in log_start.tolist()], "hw_lag": hw_lag,
         "max_follower_lag": [x if h else None for x, h in zip(max_lag.tolist(), has_followers.tolist(),
                                                                strict=True)],
-        "health": health.astype(np.int64), "follower_lag": follower_lag,
+        "health": health.astype(np.int64), "follower_lag": by_follower(lag),
         "isr": lists["isr"], "replicas": lists["replicas"],
         "hw_stalled": c["hw_stalled"][rows], "stale": c["stale"][rows],
-        "elr": [[] if x is None else x for x in lists["elr"]],
-        "last_known_elr": [[] if x is None else x for x in lists["last_known_elr"]],
-        "follower_time_lag_ms": follower_time_lag, "history": batch.history,
+        "elr": _none_empty(lists["elr"]), "last_known_elr": _none_empty(lists["last_known_elr"]),
+        "follower_time_lag_ms": by_follower(time_lag), "history": batch.history,
         MATRICES: (brokers, np.where(followers, lag, 0), time_lag),
     }

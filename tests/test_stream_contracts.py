@@ -24,7 +24,7 @@ from pyspark.sql.types import (
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets
 from streaming import pyspark_hooks
 from streaming.detect import DetectConfig, PartitionMetrics, step
-from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, partition_row
+from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, _output, _row_columns, partition_row
 from streaming.state import PartitionState, dump_state
 from streaming.table import STATE_MAGIC, STATE_VERSION, ColumnarTable, StateVersionError, pack, unpack
 
@@ -133,14 +133,19 @@ def test_the_hooks_are_written_for_the_pyspark_pyproject_pins() -> None:
 
 def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
         spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """One warning, no daemon of the job's own, PySpark's own listener wrapper, and the last batch id from the
-    public progress: the job works on the public API alone."""
+    """One warning, no daemon of the job's own, PySpark's own listener wrapper, the last batch id from the
+    public progress, and the processor's output as pandas for PySpark's own conversion: the job works on the public
+    API alone."""
     monkeypatch.setattr(pyspark_hooks, "PYSPARK_VERSION", "9.9.9")
     pyspark_hooks.enabled.cache_clear()
+    pyspark_hooks.install_arrow_output.cache_clear()
     try:
         assert not pyspark_hooks.enabled() and not pyspark_hooks.enabled()
         assert len([r for r in caplog.records if "PySpark 9.9.9 is not the version" in r.message]) == 1
         assert pyspark_hooks.daemon_conf() == {}
+        output = _output([_row_columns([partition_row(a_state()[1])])])
+        frame = pyspark_hooks.arrow_output(output)
+        assert not frame.attrs and frame.equals(pyspark_hooks.as_pandas(output)) and frame["isr"][0].tolist() == [1, 2]
 
         class Listener(pyspark_hooks.JsonProgressListener):
             batches: list[int] = []
@@ -163,3 +168,4 @@ def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
             spark.streams.removeListener(listener)
     finally:
         pyspark_hooks.enabled.cache_clear()
+        pyspark_hooks.install_arrow_output.cache_clear()

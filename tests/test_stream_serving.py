@@ -12,8 +12,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from pyspark.sql.pandas.serializers import TransformWithStateInPandasSerializer
+from pyspark.sql.pandas.types import to_arrow_type
 
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from streaming.batch import take_served
@@ -21,13 +24,21 @@ from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter, aggregate_families
 from streaming.processor import (
     KIND_BUCKET,
+    KIND_EVENT,
     KIND_PARTITION,
+    KIND_QUARANTINE,
+    OUTPUT_SCHEMA,
+    QUARANTINED,
     _frame,
+    _output,
+    _row_columns,
     apply_bucket,
     expire_bucket,
     serve,
     steady_frame,
+    steady_rows,
 )
+from streaming.pyspark_hooks import arrow_output, as_pandas
 from streaming.serving import Partials, ServedColumns, budgeted, combine, partials, served_of
 from streaming.table import ColumnarTable, pack, unpack
 
@@ -195,7 +206,7 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                     frame = every = _frame(rows)
                 for row in every[every["kind"] == KIND_PARTITION].to_dict("records"):
                     newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
-                outputs.append(serve(table, frame, bucket, budget, run, steady))
+                outputs.append(as_pandas(serve(table, frame, bucket, budget, run, steady)))
                 buckets[bucket] = pack(table)
         if not outputs:
             continue
@@ -229,7 +240,8 @@ def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_
     table = unpack(pack(table))
     table.served = ServedColumns.empty()  # as format 2 loads
     _, again = apply_bucket(table, records([sample(rng, 0, 2)]), CFG, 2_001_000, copy=False)
-    output = serve(table, _frame(again.rows) if again.steady is None else steady_frame(again.steady), 0, 100, "r")
+    output = as_pandas(serve(table, _frame(again.rows) if again.steady is None else steady_frame(again.steady), 0,
+                             100, "r"))
     [message] = [json.loads(p) for p in output.loc[output["kind"] == KIND_BUCKET, "payload"]]
     assert Partials.from_dict(message).clusters["partitions"].tolist() == [6]
     served = output[(output["kind"] == KIND_PARTITION) & output["served"].eq(True)]
@@ -262,3 +274,43 @@ def test_the_steady_step_s_metrics_recorded_from_their_matrices_are_those_record
     assert fast.names == plain.names
     for name, column in plain.columns.items():
         assert np.array_equal(fast.columns[name], column), name
+
+
+def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> None:
+    """What the processor yields, through the serializer's hook (its Arrow batch handed over as it is), is the Arrow
+    data PySpark's public path makes of the same rows: of the rows as dicts and lists in object columns (the frame
+    the processor yielded before), and of what leaves a bucket as pandas (the fallback on another PySpark).
+    Events, a quarantined record, rows of detect.py's steps and of the steady step, timers' rows and the buckets'
+    messages; a frame that carries no batch still takes PySpark's own conversion."""
+    serializer = TransformWithStateInPandasSerializer("UTC", False, True, 10_000)
+    struct = to_arrow_type(OUTPUT_SCHEMA)
+
+    def hooked(batch: pa.RecordBatch) -> pa.RecordBatch:
+        return serializer._create_batch([(arrow_output(batch), struct)])
+
+    def public(frame: pd.DataFrame) -> pa.RecordBatch:
+        return serializer._create_batch([(frame, struct)])
+
+    rng = random.Random(7)
+    table = ColumnarTable()
+    kinds: set[str] = set()
+    steady = 0
+    for cycle in range(1, 9):
+        now_ms = 1_000_000 + cycle * 1000 + 500
+        if cycle == 6:  # partitions 0-5 silent: the timer marks them stale
+            table, rows = expire_bucket(table, CFG, now_ms + 30_000)
+            leaving = serve(table, _frame(rows), 0, 4, "run")
+        else:
+            chosen = range(6, 20) if cycle > 6 else range(20)
+            samples = records([sample(rng, p, cycle) for p in chosen])
+            bad = pd.DataFrame({"kind": [QUARANTINED], "sample": ['{"reason": "malformed_json", "raw": "x{"}'],
+                                "sample_time_ms": [None], "cycle": [None]})
+            table, out = apply_bucket(table, pd.concat([samples, bad], ignore_index=True), CFG, now_ms, copy=False)
+            rows = out.rows + ([] if out.steady is None else steady_rows(out.steady))
+            steady += 0 if out.steady is None else len(out.steady["partition"])
+            leaving = serve(table, _frame(out.rows), 0, 4, "run", out.steady)
+        assert hooked(_output([_row_columns(rows)])).equals(public(_frame(rows)))
+        assert hooked(leaving).equals(public(as_pandas(leaving)))
+        kinds |= {row["kind"] for row in rows} | set(leaving.column("kind").to_pylist())
+        table = unpack(pack(table))  # as the state store keeps it: the steady partitions move into columns
+    assert kinds == {KIND_PARTITION, KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE} and steady > 0
