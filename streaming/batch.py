@@ -9,7 +9,6 @@ import functools
 import json
 import threading
 import time
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -162,11 +161,11 @@ def together(calls: Sequence[Callable[[], Any]]) -> list[Any]:
 
 
 def collect(frame: DataFrame) -> pd.DataFrame:
-    """``frame.toPandas()``. A collect that fails (a stop cancels its job) raises; PySpark also prints the error
-    as a warning first, Java stack included: not here (:class:`BatchGate` makes the stop's error a short one)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="toPandas attempted Arrow optimization", category=UserWarning)
-        return frame.toPandas()
+    """``frame`` collected to the driver as Arrow (``toArrow``) and made pandas by Arrow: the frame ``toPandas()``
+    gives (integers with nulls as floats, lists as arrays, maps as dicts), without its conversion of each map and
+    list in Python (100,000 output rows: 1.0 s -> 0.45 s, docs/benchmarks.md). A collect that fails (a stop
+    cancels its job) raises."""
+    return frame.toArrow().to_pandas(maps_as_pydicts="strict")
 
 
 @dataclass
