@@ -1059,8 +1059,9 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         parts = ", ".join(f"{name} {mean.get(name, 0):.2f} s" for name in
                           ("spark_and_collect", "exporter", "writes"))
         line = (f"Where a {label} batch goes (means over {len(frame)} batches): foreachBatch handler "
-                f"{mean['handler']:.2f} s = {parts}. 'spark_and_collect' is batch.toPandas(): the Kafka read, "
-                "parsing, shuffle into buckets and the Python processor, and the collect to the driver; 'writes': "
+                f"{mean['handler']:.2f} s = {parts}. 'spark_and_collect' is the driver's collect (toArrow): the "
+                "Kafka read, parsing, shuffle into buckets and the Python processor, and the collect to the driver; "
+                "'writes': "
                 "the events to their topic and the history, and the partition snapshots, Spark jobs at once.")
         if prof:
             per = prof["rows_in"] / 1e6
