@@ -73,15 +73,19 @@ class StateBatchHandler:
             self.quarantine(out.loc[quarantined, "payload"].tolist())
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        told = take_served(self.exporter, out[out["kind"] == KIND_BUCKET], partitions)
+        messages = bucket_messages(out[out["kind"] == KIND_BUCKET])
+        aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}  # a bucket's newest message last
+        told = told_by(messages, aggregates)
+        candidates = serve_buckets(self.exporter, messages, aggregates, partitions)
         # the events and the partition snapshots: Spark jobs over the persisted output, independent of each other,
-        # run at once (each small job waits mostly on scheduling and its commit, not on the cores)
-        writes: list[Callable[[], int]] = []
+        # run at once (each small job waits mostly on scheduling and its commit, not on the cores), while this
+        # thread puts the candidates' rows into the exporter
+        calls: list[Callable[[], int]] = [functools.partial(serve_rows, self.exporter, candidates)]
         if told.events:
-            writes.append(functools.partial(self.publish_events, batch, batch_id, told))
+            calls.append(functools.partial(self.publish_events, batch, batch_id, told))
         if told.history:
-            writes.append(functools.partial(self._write_partitions, batch))
-        written = sum(together(writes))
+            calls.append(functools.partial(self._write_partitions, batch))
+        written = sum(together(calls))
         now = time.time()
         self.exporter.count("replmon_job_batches_total", ())
         self.exporter.set_job("replmon_job_last_batch_timestamp_seconds", now)
@@ -170,7 +174,7 @@ def collect(frame: DataFrame) -> pd.DataFrame:
 
 @dataclass
 class Told:
-    """What the state buckets told the driver in one micro-batch, summed (:func:`take_served`)."""
+    """What the state buckets told the driver in one micro-batch, summed (:func:`told_by`)."""
 
     history: int = 0
     """Partition rows that are history snapshots."""
@@ -183,20 +187,41 @@ class Told:
 
 def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.DataFrame) -> Told:
     """A micro-batch's bucket messages and candidate rows (:func:`streaming.processor.serve`) into the exporter;
-    returns the rest of what the messages say, summed. A bucket called twice in one micro-batch (its samples and its
-    timer) sends two messages: on each partition the newer one's word holds (their sequence, also in the rows'
-    ``payload``)."""
-    messages = sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
-                                                                          strict=True)), key=lambda m: m["seq"])
+    returns the rest of what the messages say, summed."""
+    messages = bucket_messages(buckets)
     aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}
-    last_left: dict[tuple[str, str, int], int] = {}
+    serve_rows(exporter, serve_buckets(exporter, messages, aggregates, partitions))
+    return told_by(messages, aggregates)
+
+
+def bucket_messages(buckets: pd.DataFrame) -> list[dict[str, Any]]:
+    """The micro-batch's bucket rows as their messages, each with its ``bucket``, oldest first (their sequence)."""
+    return sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
+                                                                     strict=True)), key=lambda m: m["seq"])
+
+
+def told_by(messages: list[dict[str, Any]], aggregates: dict[int, Partials]) -> Told:
+    """What the buckets' messages say beside their candidates, summed; ``aggregates``: each bucket's newest."""
     told = Told()
     for m in messages:
-        for cluster, topic, partition in m["left"]:
-            last_left[(cluster, topic, int(partition))] = m["seq"]
         told.history += int(m["history"])
         told.events += int(m["events"])
         told.stale.update(m["stale"])
+    newest = [int(t) for p in aggregates.values() for t in p.clusters.get("last_sample_time_ms", ())]
+    told.newest_sample_ms = max(newest) if newest else None
+    return told
+
+
+def serve_buckets(exporter: JobExporter, messages: list[dict[str, Any]], aggregates: dict[int, Partials],
+                  partitions: pd.DataFrame) -> pd.DataFrame:
+    """The buckets' messages (:func:`bucket_messages`) and their newest aggregates into the exporter: the
+    aggregates replaced, the partitions no longer candidates dropped. Returns the candidate rows that hold, for
+    :func:`serve_rows`: a bucket called twice in one micro-batch (its samples and its timer) sends two messages,
+    and on each partition the newer one's word holds (their sequence, also in the rows' ``payload``)."""
+    last_left: dict[tuple[str, str, int], int] = {}
+    for m in messages:
+        for cluster, topic, partition in m["left"]:
+            last_left[(cluster, topic, int(partition))] = m["seq"]
     if last_left and not partitions.empty:
         keep = []
         for key, seq in zip(zip(partitions["cluster"], partitions["topic"], partitions["partition"].tolist(),
@@ -207,12 +232,16 @@ def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.Dat
                 del last_left[key]
         partitions = partitions[keep]
     exporter.update_buckets(aggregates, list(last_left))
+    return partitions
+
+
+def serve_rows(exporter: JobExporter, partitions: pd.DataFrame) -> int:
+    """The candidates' rows (:func:`serve_buckets`) into the exporter's table. Returns 0: no events written (the
+    handler sums what its calls wrote)."""
     if not partitions.empty:  # of two rows of one sample time (a sample's, then its timer's) the later one holds
         order = np.lexsort((partitions["payload"].astype(int).to_numpy(), partitions["sample_time_ms"].to_numpy()))
         exporter.update_partitions(partitions.iloc[order].drop(columns=list(NOT_METRICS)))
-    newest = [int(t) for p in aggregates.values() for t in p.clusters.get("last_sample_time_ms", ())]
-    told.newest_sample_ms = max(newest) if newest else None
-    return told
+    return 0
 
 
 class ProgressListener(JsonProgressListener):
