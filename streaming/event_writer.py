@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,8 +79,6 @@ def _materialised(client: dict[str, Any], directory: str) -> dict[str, Any]:
 def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
     """The event ids the topic holds since ``target.since`` (an id is one event, whichever micro-batch wrote it:
     after a new state parallelism, another query's)."""
-    import time
-
     from kafka import KafkaConsumer, TopicPartition
 
     # a ``since`` below the log's start (the retention took it) reads from the log's first record
@@ -89,22 +87,31 @@ def written_ids(target: EventTarget, client: dict[str, Any]) -> set[str]:
                              auto_offset_reset="earliest", **client)
     try:
         parts = [TopicPartition(target.topic, p) for p in sorted(consumer.partitions_for_topic(target.topic) or ())]
-        if not parts:
-            return set()
-        consumer.assign(parts)
-        end = consumer.end_offsets(parts)
-        for tp in parts:
-            consumer.seek(tp, target.since.get(tp.partition, 0))
-        ids: set[str] = set()
-        deadline = time.monotonic() + READ_BACK_TIMEOUT_S
-        while any(consumer.position(tp) < end[tp] for tp in parts):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"could not read back {target.topic} within {READ_BACK_TIMEOUT_S:.0f} s")
-            for records in consumer.poll(timeout_ms=1000).values():
-                ids.update(r.key.decode() for r in records if r.key)
-        return ids
+        return set(keys_to_end(consumer, parts, lambda tp, _end: target.since.get(tp.partition, 0)))
     finally:
         consumer.close()
+
+
+def keys_to_end(consumer: Any, parts: list[Any], start: Callable[[Any, int], int]) -> list[str]:
+    """The keys of ``parts``' records (kafka-python TopicPartitions, assigned to ``consumer`` here) from
+    ``start(part, its end offset)`` to the end each had at the call. Raises TimeoutError after
+    :data:`READ_BACK_TIMEOUT_S`: an empty poll is not the end (a loaded cluster answers the first fetch late)."""
+    import time
+
+    if not parts:
+        return []
+    consumer.assign(parts)
+    end = consumer.end_offsets(parts)
+    for tp in parts:
+        consumer.seek(tp, start(tp, end[tp]))
+    keys: list[str] = []
+    deadline = time.monotonic() + READ_BACK_TIMEOUT_S
+    while any(consumer.position(tp) < end[tp] for tp in parts):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"could not read back {parts[0].topic} within {READ_BACK_TIMEOUT_S:.0f} s")
+        for records in consumer.poll(timeout_ms=1000).values():
+            keys.extend(r.key.decode() for r in records if r.key)
+    return keys
 
 
 @dataclass

@@ -12,7 +12,6 @@ import contextlib
 import functools
 import json
 import logging
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
@@ -30,7 +29,7 @@ from replmon.core import locations
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
-from streaming.event_writer import PRODUCER_SETTINGS
+from streaming.event_writer import PRODUCER_SETTINGS, READ_BACK_TIMEOUT_S, keys_to_end
 from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)
@@ -38,7 +37,6 @@ log = logging.getLogger(__name__)
 RECENT_IDS = 200_000
 """Event ids remembered for de-duplication (far more than one micro-batch can hold)."""
 READ_BACK_PER_PARTITION = 20_000
-READ_BACK_TIMEOUT_S = 120.0
 
 
 class RecentIds:
@@ -67,25 +65,13 @@ def read_back_ids(config: ReplmonConfig, topic: str, per_partition: int = READ_B
                              group_id=None, consumer_timeout_ms=2000, isolation_level="read_committed",
                              client_id="replmon-events-readback", **config.samples_security().kafka_python())
     try:
-        parts = consumer.partitions_for_topic(topic) or set()
-        tps = [TopicPartition(topic, p) for p in parts]
-        if not tps:
-            return []
-        consumer.assign(tps)
-        end = consumer.end_offsets(tps)
-        start = consumer.beginning_offsets(tps)
-        for tp in tps:
-            consumer.seek(tp, max(start[tp], end[tp] - per_partition))
-        ids: list[str] = []
-        deadline = time.monotonic() + READ_BACK_TIMEOUT_S
-        while any(consumer.position(tp) < end[tp] for tp in tps):
-            # an empty poll is not the end (a loaded cluster answers the first fetch late): only the deadline is
-            if time.monotonic() > deadline:
-                raise ReplmonError(f"could not read back the event ids of {topic} within "
-                                   f"{READ_BACK_TIMEOUT_S:.0f} s: events of a replayed batch would be written twice")
-            for records in consumer.poll(timeout_ms=1000).values():
-                ids.extend(r.key.decode() for r in records if r.key)
-        return ids
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        first = consumer.beginning_offsets(parts) if parts else {}
+        try:
+            return keys_to_end(consumer, parts, lambda tp, end: max(first[tp], end - per_partition))
+        except TimeoutError as exc:
+            raise ReplmonError(f"could not read back the event ids of {topic} within {READ_BACK_TIMEOUT_S:.0f} s: "
+                               "events of a replayed batch would be written twice") from exc
     finally:
         consumer.close()
 
