@@ -18,8 +18,9 @@ Steps, in microseconds per sample (CPU of this process, the minimum over ``--rou
   the ``mapInArrow`` stage before the state, one task per partition of the samples topic, 6);
 * load / process / save: the bucket's state unpacked, the micro-batch applied (parse or decode included), the
   state packed;
-* frame: the output rows as the frame PySpark takes (with the steady columns, only what leaves the processor:
-  ``streaming.processor.serve``, the default series budget), and its conversion to Arrow with the output schema.
+* frame: the output rows as the Arrow batch the processor yields (with the steady columns, only what leaves the
+  processor: ``streaming.processor.serve``, the default series budget), and PySpark's serializer's struct array of
+  it (with the job's hook, ``streaming.pyspark_hooks.arrow_output``).
 
 Writes the figures, the command and a plot to the "## Python workers" section of docs/benchmarks.md and
 docs/bench_worker.png.
