@@ -444,8 +444,8 @@ def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[s
 
 
 def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Output rows as a frame, its columns object arrays (no pandas concat, which checks every value of a column
-    that is null in one part); absent values are None (a NaN in a map or array column breaks Arrow)."""
+    """Output rows (dicts: the steps of detect.py) as a frame of object columns, as :func:`serve` reads them;
+    absent values are None."""
     n, columns = _row_columns(rows)
     data: dict[str, np.ndarray] = {}
     for name in OUTPUT_COLUMNS:
