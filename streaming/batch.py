@@ -73,8 +73,7 @@ class StateBatchHandler:
             self.quarantine(out.loc[quarantined, "payload"].tolist())
         # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
         partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        messages = bucket_messages(out[out["kind"] == KIND_BUCKET])
-        aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}  # a bucket's newest message last
+        messages, aggregates = bucket_messages(out[out["kind"] == KIND_BUCKET])
         told = told_by(messages, aggregates)
         candidates = serve_buckets(self.exporter, messages, aggregates, partitions)
         # the events and the partition snapshots: Spark jobs over the persisted output, independent of each other,
@@ -188,16 +187,17 @@ class Told:
 def take_served(exporter: JobExporter, buckets: pd.DataFrame, partitions: pd.DataFrame) -> Told:
     """A micro-batch's bucket messages and candidate rows (:func:`streaming.processor.serve`) into the exporter;
     returns the rest of what the messages say, summed."""
-    messages = bucket_messages(buckets)
-    aggregates = {m["bucket"]: Partials.from_dict(m) for m in messages}
+    messages, aggregates = bucket_messages(buckets)
     serve_rows(exporter, serve_buckets(exporter, messages, aggregates, partitions))
     return told_by(messages, aggregates)
 
 
-def bucket_messages(buckets: pd.DataFrame) -> list[dict[str, Any]]:
-    """The micro-batch's bucket rows as their messages, each with its ``bucket``, oldest first (their sequence)."""
-    return sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
-                                                                     strict=True)), key=lambda m: m["seq"])
+def bucket_messages(buckets: pd.DataFrame) -> tuple[list[dict[str, Any]], dict[int, Partials]]:
+    """The micro-batch's bucket rows as their messages, each with its ``bucket``, oldest first (their sequence),
+    and each bucket's newest aggregates."""
+    messages = sorted((json.loads(p) | {"bucket": int(b)} for b, p in zip(buckets["partition"], buckets["payload"],
+                                                                         strict=True)), key=lambda m: m["seq"])
+    return messages, {m["bucket"]: Partials.from_dict(m) for m in messages}
 
 
 def told_by(messages: list[dict[str, Any]], aggregates: dict[int, Partials]) -> Told:

@@ -635,10 +635,11 @@ class ReplicationProcessor(StatefulProcessor):
         with gc_paused():
             stored = self.table.load()
             table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
-            output = _output([_row_columns(out)])
             if out or (stored is not None and stored.served.run != self.run):
                 output = serve(table, _frame(out), int(key[0]), self.series_budget, self.run)
                 self.table.save(table)
+            else:
+                output = _output([_row_columns(out)])
             self.handle.registerTimer(now_ms + self.timer_period_ms)  # the chain goes on, samples or not
         yield arrow_output(output)
 
