@@ -281,14 +281,7 @@ def ranked(served: ServedColumns, budget: int) -> npt.NDArray[np.bool_]:
     n = len(served)
     if n <= budget:
         return np.ones(n, np.bool_)
-    c = served.columns
-    by_name = np.empty(len(served.names), np.int64)
-    by_name[sorted(range(len(served.names)), key=served.names.__getitem__)] = np.arange(len(served.names))
-    lag = (np.where(c["hw_lag"] == NULL, 0, c["hw_lag"])
-           + np.where(c["max_follower_lag"] == NULL, 0, c["max_follower_lag"]))
-    # rank_frame's order over the columns' numbers: names by their place in the sorted names (keys last to first)
-    top = np.lexsort((c["partition"], by_name[c["topic_code"]], by_name[c["cluster_code"]], -lag,
-                      c["health"]))[:budget]
+    top = rank_frame(served.frame()).index.to_numpy()[:budget]
     chosen = np.zeros(n, np.bool_)
     chosen[top] = True
     return chosen
