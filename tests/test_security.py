@@ -390,9 +390,12 @@ def test_client_certificates_alone_authenticate_the_job_its_kafka_source_and_its
                            topic_names=TRANSPORT_TOPICS, security={"stream": sec},
                            servers={"stream": secure_cluster.mtls_bootstrap_servers},
                            overrides={"transport": {"events_topic": transport.events_topic,
-                                                    "quarantine_topic": transport.quarantine_topic}})
+                                                    "quarantine_topic": transport.quarantine_topic},
+                                      # a job joining the running pipeline: the samples from now on, not the
+                                      # backlog every test of this module has left in the topic
+                                      "stream": {"starting_offsets": "latest"}})
     try:
-        job.spawn("stream")
+        job.start_job()  # a second Spark driver beside the pipeline's: its own start deadline
         wait_until(lambda: job.metric("replmon_partition_high_watermark", topic=topic, partition="0") == 7,
                    DEADLINE_S, "the mTLS job's high watermark gauge at 7")
         event = job.wait_event("UNDER_MIN_ISR_START in the mTLS job's events topic",
