@@ -319,11 +319,10 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     unclean = table.column("unclean_leader_election")
     ok &= np.asarray(unclean.is_null().to_numpy(zero_copy_only=False), bool) | (
         _numpy(pc.cast(unclean, pa.int64()), -1) == c["unclean"][safe])
-    encoded = pc.dictionary_encode(table.column("topic_id")).combine_chunks()
-    codes = np.array([columns._codes.get(t, -2) for t in encoded.dictionary.to_pylist()] + [-1], np.int64)
-    topic_id = codes[_numpy(encoded.indices, len(codes) - 1)]
+    absent = np.asarray(table.column("topic_id").is_null().to_numpy(zero_copy_only=False), bool)
+    topic_id = columns.codes(table.column("topic_id"))  # -1: absent, or a name the columns do not hold
     stored = c["topic_id_code"][safe]
-    ok &= (topic_id == -1) | (stored < 0) | (stored == topic_id)
+    ok &= absent | (stored < 0) | (stored == topic_id)
     # every replica's LEO read, one answer per replica of the row, placed in the row's broker order
     offsets = table.column("replica_offsets").combine_chunks()
     answers = pc.list_flatten(offsets)

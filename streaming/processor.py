@@ -26,6 +26,7 @@ from typing import Any, NamedTuple, TypeVar
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic_core import from_json
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming.stateful_processor import (
@@ -236,8 +237,8 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
             parsed = [s for i, s in enumerate(parsed) if i not in part.records]
         snapshot |= part.history
     if entries is not None:  # the entries not steady, among the records in time order
-        rest = [i for i in range(entries.num_rows) if i not in part.entries]
-        if rest:
+        rest = np.setdiff1d(np.arange(entries.num_rows), part.entries, assume_unique=True)
+        if len(rest):
             more: list[dict[str, Any]] = batch_entries(entries, rest)
             merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
                             key=lambda record: _order(record[1]))
@@ -283,7 +284,7 @@ class SteadyPart:
 
     metrics: dict[str, Any] | None = None
     records: set[int] = field(default_factory=set)
-    entries: set[int] = field(default_factory=set)
+    entries: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     history: set[PartitionKey] = field(default_factory=set)
 
 
@@ -294,19 +295,21 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     next sample of every partition all of whose samples so far were steady. A partition with any other record in
     the micro-batch (a replica sample, a metadata-log change) takes every step of :mod:`streaming.detect`, and so
     does the rest of a partition from its first sample that is not steady."""
-    keys = [None if kind == "b" else (s["cluster"], s["topic"], s["partition"]) for kind, s in zip(kinds, parsed,
-                                                                                                   strict=True)]
     json_at = [i for i, kind in enumerate(kinds) if kind == "p"]
     candidates = as_entries([parsed[i] for i in json_at])
     if entries is not None:
         candidates = pa.concat_tables([candidates, entries])
     n = candidates.num_rows
-    others = {key for kind, key in zip(kinds, keys, strict=True) if kind != "p"}
-    index = table.steady.index
-    candidate_keys = _keys(candidates)
-    codes: dict[PartitionKey, int] = {}
-    code = np.array([codes.setdefault(key, len(codes)) for key in candidate_keys], np.int64)
-    rows = np.array([-1 if key in others else index.get(key, -1) for key in codes], np.int64)[code]
+    steady = table.steady
+    rows = steady.find(candidates.column("cluster"), candidates.column("topic"),
+                       pc.fill_null(candidates.column("partition"), -1).to_numpy())
+    others = [steady.row_of((s["cluster"], s["topic"], s["partition"])) for kind, s in zip(kinds, parsed, strict=True)
+              if kind not in ("p", "b")]
+    if others:  # a partition with any other record takes every step of detect.py
+        rows[np.isin(rows, [row for row in others if row is not None])] = -1
+    # a partition is its row; a sample without one (never steady) is alone in its group
+    code = np.where(rows >= 0, rows, len(steady.alive) + np.arange(n))
+    groups = len(steady.alive) + n
     # each sample's place among its partition's: time order, JSON records before entries at equal times (the
     # order of the steps of detect.py in apply_bucket)
     times = candidates.column("sample_time_ms").to_numpy(zero_copy_only=False)
@@ -318,54 +321,41 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     rank = np.empty(n, np.int64)
     rank[order] = np.arange(n) - starts
     out = SteadyPart()
-    dropped = np.zeros(len(codes), bool)
+    dropped = np.zeros(groups, bool)
     taken = np.zeros(n, bool)
-    history = np.zeros(len(codes), bool)
-    last_round = np.full(len(codes), -1, np.int64)  # each partition's last round taken, and its place there
-    last_at = np.zeros(len(codes), np.int64)
-    code_of_row = np.full(len(table.steady), -1, np.int64)
+    history = np.zeros(groups, bool)
+    last_round = np.full(groups, -1, np.int64)  # each partition's last round taken, and its place there
+    last_at = np.zeros(groups, np.int64)
     rounds: list[SteadyBatch] = []
     for r in range(int(rank.max(initial=-1)) + 1):
         sel = np.flatnonzero((rank == r) & (rows >= 0) & ~dropped[code])
         if not len(sel):
             break
-        batch = steady_step(table.steady, gather_entries(table.steady, candidates.take(sel), rows[sel]), cfg,
-                            now_ms)
+        batch = steady_step(steady, gather_entries(steady, candidates.take(sel), rows[sel]), cfg, now_ms)
         applied = np.isin(rows[sel], batch.rows)
         taken[sel[applied]] = True
         dropped[code[sel[~applied]]] = True
-        code_of_row[rows[sel]] = code[sel]
-        codes_taken = code_of_row[batch.rows]
-        history[codes_taken] |= batch.history
-        last_round[codes_taken] = len(rounds)
-        last_at[codes_taken] = np.arange(len(batch.rows))
+        history[batch.rows] |= batch.history
+        last_round[batch.rows] = len(rounds)
+        last_at[batch.rows] = np.arange(len(batch.rows))
         rounds.append(batch)
     seen = last_round >= 0
-    keys_of = list(codes)
-    out.history = {keys_of[c] for c in np.flatnonzero(seen & dropped & history).tolist()}
+    out.history = set(steady.keys(np.flatnonzero(seen & dropped & history)))
     taken_at = np.flatnonzero(taken)
     out.records = {json_at[i] for i in taken_at[taken_at < len(json_at)].tolist()}
-    out.entries = {i - len(json_at) for i in taken_at[taken_at >= len(json_at)].tolist()}
-    whole = np.flatnonzero(seen & ~dropped)
+    out.entries = taken_at[taken_at >= len(json_at)] - len(json_at)
+    whole = np.flatnonzero(seen & ~dropped)  # rows: a partition's group is its row
     if not len(whole):
         return out
     if len(rounds) == 1:  # the usual micro-batch: a sample per partition, the round's batch is the answer
         combined = rounds[0]
     else:
-        row_of = np.full(len(codes), -1, np.int64)
-        row_of[code] = rows
         starts = np.cumsum([0] + [len(batch.rows) for batch in rounds])
         picks = pa.array(starts[last_round[whole]] + last_at[whole])  # its place in the rounds, one after another
-        combined = SteadyBatch(row_of[whole], {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
-                                               .take(picks) for name in MEMBERSHIP}, history[whole])
-    out.metrics = steady_metrics(table.steady, combined)
+        combined = SteadyBatch(whole, {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
+                                       .take(picks) for name in MEMBERSHIP}, history[whole])
+    out.metrics = steady_metrics(steady, combined)
     return out
-
-
-def _keys(entries: pa.Table) -> list[PartitionKey]:
-    """Each entry's partition key (numpy's conversion: Arrow's to_pylist is slower per value)."""
-    return list(zip(*(entries.column(name).to_numpy(zero_copy_only=False).tolist()
-                      for name in ("cluster", "topic", "partition")), strict=True))
 
 
 def _order(s: dict[str, Any]) -> tuple[int, int]:
@@ -494,8 +484,10 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     served = table.served
     told = served.run == run
     if not told:  # a state written before the served columns (format 2): its partitions join them now
-        served.record(_frame([partition_row(metrics_of(state)) for key in list(table) if key not in served.index
-                              and isinstance(state := table.peek(key), PartitionState)]))
+        keys = list(table)
+        served.record(_frame([partition_row(metrics_of(state)) for key, held in zip(keys, served.holds(keys).tolist(),
+                                                                                    strict=True)
+                              if not held and isinstance(state := table.peek(key), PartitionState)]))
     is_partition = frame["kind"].to_numpy() == KIND_PARTITION
     metrics = frame[is_partition]
     stepped = served.record(metrics)

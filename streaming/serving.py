@@ -31,11 +31,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
+from streaming.rowindex import RowIndex, codes_of
 from streaming.state import PartitionKey
 from streaming.steady import MATRICES
 
 Ints = npt.NDArray[np.int64]
+Bools = npt.NDArray[np.bool_]
 
 NULL = np.iinfo(np.int64).min
 """An unknown lag in an integer column."""
@@ -132,14 +136,25 @@ class ServedColumns:
 
     def __post_init__(self) -> None:
         self._codes = {name: code for code, name in enumerate(self.names)}
-        c = self.columns
-        names = self.names
-        self.index: dict[PartitionKey, int] = {
-            (names[cluster], names[topic], partition): row for row, (cluster, topic, partition) in enumerate(zip(
-                c["cluster_code"].tolist(), c["topic_code"].tolist(), c["partition"].tolist(), strict=True))}
+        self._index: RowIndex | None = None
 
     def __len__(self) -> int:
-        return len(self.index)
+        return len(self.columns["partition"])
+
+    def _rows_index(self) -> RowIndex:
+        if self._index is None:
+            c = self.columns
+            self._index = RowIndex.of(c["cluster_code"], c["topic_code"], c["partition"], np.arange(len(self)))
+        return self._index
+
+    def holds(self, keys: Sequence[PartitionKey]) -> Bools:
+        """Whether each partition has a row."""
+        if not keys:
+            return np.zeros(0, np.bool_)
+        clusters, topics, partitions = zip(*keys, strict=True)
+        return self._rows_index().find(codes_of(pa.array(clusters, pa.string()), self._codes),
+                                       codes_of(pa.array(topics, pa.string()), self._codes),
+                                       np.array(partitions, np.int64)) >= 0
 
     def copy(self) -> ServedColumns:
         return ServedColumns(list(self.names), {name: column.copy() for name, column in self.columns.items()},
@@ -159,19 +174,22 @@ class ServedColumns:
         return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
             c["cluster_code"][at].tolist(), c["topic_code"][at].tolist(), c["partition"][at].tolist(), strict=True)]
 
-    def _rows(self, clusters: list[str], topics: list[str], partitions: list[int]) -> Ints:
-        """The rows of these partitions, new ones added."""
-        keys = list(zip(clusters, topics, partitions, strict=True))
-        rows = np.array([self.index.get(key, -1) for key in keys], np.int64)
+    def _rows(self, clusters: pa.Array, topics: pa.Array, partitions: Ints) -> Ints:
+        """The rows of these partitions (each once; names as Arrow strings), new ones added."""
+        rows = self._rows_index().find(codes_of(clusters, self._codes), codes_of(topics, self._codes), partitions)
         added = np.flatnonzero(rows < 0)
         if len(added):
+            first = len(self)
             self._grow(len(added))
-            first = len(self.index)
-            for k, i in enumerate(added.tolist()):
-                self.index[keys[i]] = rows[i] = first + k
-            self.columns["cluster_code"][rows[added]] = [self._code(keys[i][0]) for i in added.tolist()]
-            self.columns["topic_code"][rows[added]] = [self._code(keys[i][1]) for i in added.tolist()]
-            self.columns["partition"][rows[added]] = [keys[i][2] for i in added.tolist()]
+            rows[added] = first + np.arange(len(added))
+            picked = pa.array(added)
+            for names, column in ((clusters, "cluster_code"), (topics, "topic_code")):
+                names = names.take(picked)
+                for name in pc.unique(names).to_pylist():
+                    self._code(name)
+                self.columns[column][rows[added]] = codes_of(names, self._codes)
+            self.columns["partition"][rows[added]] = partitions[added]
+            self._index = None
         return rows
 
     def _widen(self, width: int) -> None:
@@ -186,8 +204,8 @@ class ServedColumns:
         n = len(metrics)
         if not n:
             return np.zeros(0, np.int64)
-        rows = self._rows(metrics["cluster"].tolist(), metrics["topic"].tolist(),
-                          [int(p) for p in metrics["partition"].tolist()])
+        rows = self._rows(pa.array(metrics["cluster"], pa.string()), pa.array(metrics["topic"], pa.string()),
+                          np.asarray(metrics["partition"].tolist(), np.int64))
         c = self.columns
         for name in ("sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag"):
             c[name][rows] = _nullable(metrics[name])
@@ -219,7 +237,7 @@ class ServedColumns:
         n = len(steady["partition"])
         if not n:
             return np.zeros(0, np.int64)
-        rows = self._rows(steady["cluster"], steady["topic"], np.asarray(steady["partition"]).tolist())
+        rows = self._rows(steady["cluster"], steady["topic"], np.asarray(steady["partition"], np.int64))
         c = self.columns
         for name in ("sample_time_ms", "leader", "health", "hw_lag"):
             c[name][rows] = steady[name]
@@ -263,7 +281,14 @@ def ranked(served: ServedColumns, budget: int) -> npt.NDArray[np.bool_]:
     n = len(served)
     if n <= budget:
         return np.ones(n, np.bool_)
-    top = rank_frame(served.frame()).index.to_numpy()[:budget]
+    c = served.columns
+    by_name = np.empty(len(served.names), np.int64)
+    by_name[sorted(range(len(served.names)), key=served.names.__getitem__)] = np.arange(len(served.names))
+    lag = (np.where(c["hw_lag"] == NULL, 0, c["hw_lag"])
+           + np.where(c["max_follower_lag"] == NULL, 0, c["max_follower_lag"]))
+    # rank_frame's order over the columns' numbers: names by their place in the sorted names (keys last to first)
+    top = np.lexsort((c["partition"], by_name[c["topic_code"]], by_name[c["cluster_code"]], -lag,
+                      c["health"]))[:budget]
     chosen = np.zeros(n, np.bool_)
     chosen[top] = True
     return chosen

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.detect import LEO_HISTORY_LENGTH, LEO_HISTORY_STEP_MS, METADATA_PROPAGATION_MS, DetectConfig, Health
+from streaming.rowindex import RowIndex, codes_of
 from streaming.state import (
     NO_SAMPLE,
     PartitionKey,
@@ -101,23 +102,62 @@ class SteadyColumns:
 
     def __post_init__(self) -> None:
         self._codes = {name: code for code, name in enumerate(self.names)}
+        self._index: RowIndex | None = None
+
+    def _rows(self) -> RowIndex:
+        """The live rows by partition (built when first needed after rows were added; a dead row is skipped by
+        the lookups, which check :attr:`alive`)."""
+        if self._index is None:
+            c = self.columns
+            live = np.flatnonzero(self.alive)
+            self._index = RowIndex.of(c["cluster_code"][live], c["topic_code"][live], c["partition"][live], live)
+        return self._index
+
+    def rows_of(self, cluster_code: Ints, topic_code: Ints, partition: Ints) -> Ints:
+        """The live row of each partition (its cluster and topic as codes of :attr:`names`, -1 for a name not
+        there), -1 where it has none."""
+        rows = self._rows().find(cluster_code, topic_code, partition)
+        return np.where(rows >= 0, np.where(self.alive[np.maximum(rows, 0)], rows, -1), -1) if len(self.alive) \
+            else rows
+
+    def find(self, clusters: pa.Array | pa.ChunkedArray, topics: pa.Array | pa.ChunkedArray, partitions: Ints
+             ) -> Ints:
+        """The live row of each partition named by its cluster and topic names (Arrow strings), -1 where it has
+        none."""
+        return self.rows_of(self.codes(clusters), self.codes(topics), np.asarray(partitions, np.int64))
+
+    def codes(self, names: pa.Array | pa.ChunkedArray) -> Ints:
+        """Each name's code in :attr:`names`, -1 for one not there (or none)."""
+        return codes_of(names, self._codes)
+
+    def row_of(self, key: PartitionKey) -> int | None:
+        """The partition's live row, if it has one."""
+        if not len(self.alive):
+            return None
+        row = self._rows().find_one(self._codes.get(key[0], -1), self._codes.get(key[1], -1), key[2])
+        return None if row < 0 or not self.alive[row] else row
+
+    def keys(self, rows: Ints) -> list[PartitionKey]:
+        """The partitions of these rows."""
         c = self.columns
         names = self.names
-        self.index: dict[PartitionKey, int] = {
-            (names[cluster], names[topic], partition): row
-            for row, (cluster, topic, partition) in enumerate(zip(
-                c["cluster_code"].tolist(), c["topic_code"].tolist(), c["partition"].tolist(), strict=True))
-            if self.alive[row]}
+        return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
+            c["cluster_code"][rows].tolist(), c["topic_code"][rows].tolist(), c["partition"][rows].tolist(),
+            strict=True)]
+
+    def live_keys(self) -> list[PartitionKey]:
+        """The partitions the columns hold."""
+        return self.keys(np.flatnonzero(self.alive))
 
     def __len__(self) -> int:
-        return len(self.index)
+        return int(np.count_nonzero(self.alive))
 
     def copy(self) -> SteadyColumns:
         copied = SteadyColumns.__new__(SteadyColumns)
         copied.names, copied.metas = list(self.names), list(self.metas)
         copied.columns = {name: column.copy() for name, column in self.columns.items()}
         copied.alive = self.alive.copy()
-        copied._codes, copied.index = dict(self._codes), dict(self.index)
+        copied._codes, copied._index = dict(self._codes), self._index
         return copied
 
     def _code(self, name: str | None) -> int:
@@ -151,7 +191,7 @@ class SteadyColumns:
 
     def take(self, key: PartitionKey) -> PartitionState | None:
         """The partition's state, its row dead from now on (the state goes on outside the columns)."""
-        row = self.index.pop(key, None)
+        row = self.row_of(key)
         if row is None:
             return None
         self.alive[row] = False
@@ -159,7 +199,7 @@ class SteadyColumns:
 
     def drop(self, key: PartitionKey) -> bool:
         """The partition's row dead (its state replaced outside the columns); whether it had one."""
-        row = self.index.pop(key, None)
+        row = self.row_of(key)
         if row is None:
             return False
         self.alive[row] = False
@@ -169,19 +209,19 @@ class SteadyColumns:
         """Rows for states in :func:`steady_form` (appended; a key already here is replaced)."""
         if not states:
             return
-        for key in states:
-            row = self.index.pop(key, None)
-            if row is not None:
-                self.alive[row] = False
+        if len(self.alive):
+            keys = list(states)
+            known = self.rows_of(np.array([self._codes.get(key[0], -1) for key in keys], np.int64),
+                                 np.array([self._codes.get(key[1], -1) for key in keys], np.int64),
+                                 np.array([key[2] for key in keys], np.int64))
+            self.alive[known[known >= 0]] = False
         slots = max(len(s.meta.replicas) for s in states.values())
         if slots > self.columns["brokers"].shape[1]:
             self._widen(slots)
         width = self.columns["brokers"].shape[1]
         new: dict[str, list[Any]] = {name: [] for name in (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)}
-        first = len(self.metas)
-        for n, (key, st) in enumerate(states.items()):
+        for key, st in states.items():
             m = st.meta
-            self.index[key] = first + n
             self.metas.append(dump_meta(m))
             brokers = list(m.replicas)
             history = st.leader_log_end_history
@@ -222,6 +262,7 @@ class SteadyColumns:
         for name in _MATRIX_COLUMNS:
             c[name] = np.concatenate([c[name], np.array(new[name], np.int64).reshape(len(states), -1)])
         self.alive = np.concatenate([self.alive, np.ones(len(states), np.bool_)])
+        self._index = None
 
     def _widen(self, slots: int) -> None:
         c = self.columns
@@ -243,9 +284,7 @@ class SteadyColumns:
         c = self.columns
         silent = self.alive & ~c["stale"] & (c["received_ms"] != NO_SAMPLE) & (now_ms - c["received_ms"]
                                                                                > stale_after_ms)
-        names = self.names
-        return [(names[c["cluster_code"][row]], names[c["topic_code"][row]], int(c["partition"][row]))
-                for row in np.flatnonzero(silent).tolist()]
+        return self.keys(np.flatnonzero(silent))
 
 
 class Lists(NamedTuple):
@@ -344,13 +383,6 @@ class SteadyBatch:
     rows: Ints
     lists: dict[str, pa.Array]
     history: Bools
-
-    def keys(self, columns: SteadyColumns) -> list[PartitionKey]:
-        c = columns.columns
-        names = columns.names
-        return [(names[cluster], names[topic], partition) for cluster, topic, partition in zip(
-            c["cluster_code"][self.rows].tolist(), c["topic_code"][self.rows].tolist(),
-            c["partition"][self.rows].tolist(), strict=True)]
 
 
 def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConfig, now_ms: int) -> SteadyBatch:
@@ -499,11 +531,11 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
                                        type=BROKER_MAP)
 
     lists = batch.lists
-    names = columns.names
+    names = pa.array(columns.names, pa.string())
     log_start = c["log_start_offset"][rows]
     return {
-        "cluster": [names[code] for code in c["cluster_code"][rows].tolist()],
-        "topic": [names[code] for code in c["topic_code"][rows].tolist()],
+        "cluster": names.take(pa.array(c["cluster_code"][rows])),
+        "topic": names.take(pa.array(c["topic_code"][rows])),
         "partition": c["partition"][rows], "sample_time_ms": now, "leader": c["leader"][rows],
         "leader_epoch": c["leader_epoch"][rows], "replica_count": replica_count, "isr_size": isr_size,
         "min_insync_replicas": [None if x == NULL else x for x in min_isr.tolist()],

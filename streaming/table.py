@@ -67,6 +67,9 @@ class PackedTable(_Table):
         if self._packed.pop(key, None) is None and not found:
             raise KeyError(key)
 
+    def holds(self, key: PartitionKey) -> bool:
+        return key in self._live or key in self._packed
+
     def __iter__(self) -> Iterator[PartitionKey]:
         yield from self._packed
         yield from (key for key in self._live if key not in self._packed)
@@ -120,7 +123,8 @@ class ColumnarTable(_Table):
         return state
 
     def __setitem__(self, key: PartitionKey, state: BucketValue) -> None:
-        self.steady.drop(key)
+        if not self.side.holds(key):  # a partition is in one of the two: read from the columns, it left them
+            self.steady.drop(key)
         self.side[key] = state
 
     def __delitem__(self, key: PartitionKey) -> None:
@@ -129,7 +133,7 @@ class ColumnarTable(_Table):
 
     def __iter__(self) -> Iterator[PartitionKey]:
         yield from self.side
-        yield from list(self.steady.index)
+        yield from self.steady.live_keys()
 
     def __len__(self) -> int:
         return len(self.side) + len(self.steady)
@@ -141,7 +145,7 @@ class ColumnarTable(_Table):
         """The partition's state, where it is kept (a steady one stays in the columns)."""
         state = self.side.get(key)
         if state is None:
-            row = self.steady.index.get(key)
+            row = self.steady.row_of(key)
             return None if row is None else self.steady.state(row)
         return state
 

@@ -39,7 +39,17 @@ from streaming.processor import (
     steady_rows,
 )
 from streaming.pyspark_hooks import arrow_output, as_pandas
-from streaming.serving import Partials, ServedColumns, budgeted, combine, partials, served_of
+from streaming.serving import (
+    NULL,
+    Partials,
+    ServedColumns,
+    budgeted,
+    combine,
+    partials,
+    rank_frame,
+    ranked,
+    served_of,
+)
 from streaming.table import ColumnarTable, pack, unpack
 
 CFG = DetectConfig(stale_after_ms=10_000)
@@ -314,3 +324,23 @@ def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> No
         kinds |= {row["kind"] for row in rows} | set(leaving.column("kind").to_pylist())
         table = unpack(pack(table))  # as the state store keeps it: the steady partitions move into columns
     assert kinds == {KIND_PARTITION, KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE} and steady > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), names=st.lists(st.text(min_size=1, max_size=4), min_size=2, max_size=8, unique=True),
+       rows=st.integers(1, 60), budget=st.integers(0, 70))
+def test_a_bucket_ranks_its_columns_as_the_driver_ranks_a_frame(data: st.DataObject, names: list[str], rows: int,
+                                                                  budget: int) -> None:
+    served = ServedColumns.empty()
+    served.names[:] = names
+    c = served.columns
+    picks = st.lists(st.integers(0, len(names) - 1), min_size=rows, max_size=rows)
+    c["cluster_code"] = np.array(data.draw(picks), np.int64)
+    c["topic_code"] = np.array(data.draw(picks), np.int64)
+    c["partition"] = np.array(data.draw(st.permutations(range(rows))), np.int64)  # each partition once
+    lags = st.lists(st.one_of(st.just(int(NULL)), st.integers(0, 3)), min_size=rows, max_size=rows)
+    c["hw_lag"], c["max_follower_lag"] = np.array(data.draw(lags), np.int64), np.array(data.draw(lags), np.int64)
+    c["health"] = np.array(data.draw(st.lists(st.integers(0, 2), min_size=rows, max_size=rows)), np.int64)
+    expected = np.zeros(rows, bool)
+    expected[rank_frame(served.frame()).index.to_numpy()[:budget]] = True
+    assert ranked(served, budget).tolist() == expected.tolist()

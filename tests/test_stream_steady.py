@@ -243,7 +243,7 @@ def test_the_columns_hold_a_steady_state_exactly() -> None:
     assert len(states) > 50
     columns = SteadyColumns.empty()
     columns.add(states)
-    assert {key: columns.state(row) for key, row in columns.index.items()} == states
+    assert {key: columns.state(columns.row_of(key)) for key in columns.live_keys()} == states
     again = unpack(pack(ColumnarTable(steady=columns)))
     assert len(again.steady) == len(states) and dict(again.items()) == states
 
