@@ -346,7 +346,7 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     log_end_offsets = np.full((len(entries), width), NULL, np.int64)
     log_end_offsets[position[parents[placed]], match[placed].argmax(axis=1)] = leos[placed]
     # a broker that answered twice leaves another's slot at NULL, below any LEO: steady_step sends it to the step
-    picked = table.take(pa.array(entries, pa.int64()))
+    picked = table if len(entries) == n else table.take(pa.array(entries, pa.int64()))  # usually all of them
     values = {name: _numpy(picked.column(name), NULL) for name in SAMPLE_VALUES
               if name not in ("fingerprint", "lineage_sampled", "lineage_fingerprint")}
     membership = {name: picked.column(name).combine_chunks() for name in MEMBERSHIP}

@@ -327,11 +327,19 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     last_round = np.full(groups, -1, np.int64)  # each partition's last round taken, and its place there
     last_at = np.zeros(groups, np.int64)
     rounds: list[SteadyBatch] = []
-    for r in range(int(rank.max(initial=-1)) + 1):
-        sel = np.flatnonzero((rank == r) & (rows >= 0) & ~dropped[code])
+    # the samples by round, each round's in their order: a round is a slice of them (usually their order already:
+    # a micro-batch's cycles one after another), taken from only where a sample drops out
+    by_round = np.argsort(rank, kind="stable")
+    ordered = candidates if np.array_equal(by_round, np.arange(n)) else candidates.take(pa.array(by_round))
+    bounds = np.searchsorted(rank[by_round], np.arange(int(rank.max(initial=-1)) + 2))
+    for r in range(len(bounds) - 1):
+        lo, hi = int(bounds[r]), int(bounds[r + 1])
+        keep = (rows[by_round[lo:hi]] >= 0) & ~dropped[code[by_round[lo:hi]]]
+        sel = by_round[lo:hi][keep]
         if not len(sel):
             break
-        batch = steady_step(steady, gather_entries(steady, candidates.take(sel), rows[sel]), cfg, now_ms)
+        part = ordered.slice(lo, hi - lo) if keep.all() else ordered.take(pa.array(lo + np.flatnonzero(keep)))
+        batch = steady_step(steady, gather_entries(steady, part, rows[sel]), cfg, now_ms)
         applied = np.isin(rows[sel], batch.rows)
         taken[sel[applied]] = True
         dropped[code[sel[~applied]]] = True
