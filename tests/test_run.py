@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 import yaml
 
-from replmon.testbed.harness import read_topic
+from replmon.testbed.harness import JOB_START_TIMEOUT_S, metric, read_topic
 from replmon.testbed.kafka_view import wait_until
 from replmon.testbed.localcluster import LocalCluster
+from streaming.exporter import scrape
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -100,6 +101,11 @@ def test_run_starts_collector_agents_and_job_and_stops_them_all(
                        for s in samples(transport, "run.samples"))
 
         wait_until(agent_sees_the_stopped_broker, 60, "the agent to keep reading the stopped broker's log dir")
+        # a running job: its first micro-batch done (a stop in the middle of a first micro-batch longer than the
+        # stop's wait, STOP_BATCH_WAIT_S, interrupts it, and Spark's own threads print what they lost)
+        job_port = int(found.group("job").rsplit(":", 1)[1].split("/")[0])
+        wait_until(lambda: metric(scrape(job_port), "replmon_job_batches_total"), JOB_START_TIMEOUT_S,
+                   "the job's first micro-batch")
         log.flush()
         before_stop = (tmp_path / "run.log").stat().st_size
         run.send_signal(signal.SIGTERM)
