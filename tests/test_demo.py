@@ -23,7 +23,7 @@ from replmon.testbed.localcluster.cluster import cluster_pids
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
-RUN_TIMEOUT_S = 720
+RUN_TIMEOUT_S = 900
 """The demo takes ~3 minutes alone (Kafka and Spark start, five faults) and twice that on a shared 2-core box."""
 EXPECTED = ["ISR_SHRINK", "ISR_EXPAND", "LEADER_CHANGE (clean)", "UNDER_MIN_ISR_START", "LEADER_CHANGE (UNCLEAN)",
             "DATA_LOSS"]
@@ -180,7 +180,7 @@ def test_demo_detects_every_fault_and_summarises_it(demo: DemoRun) -> None:
 @pytest.mark.timeout(RUN_TIMEOUT_S)
 def test_sigint_mid_run_stops_every_process_of_the_demo(demo: DemoRun) -> None:
     demo.wait_line(r"collector pid \d+, streaming job pid \d+", 300)
-    demo.wait_line(r"injected: pause broker", 480)  # mid-timeline: a broker is paused right now
+    demo.wait_line(r"injected: pause broker", 600)  # mid-timeline: a broker is paused right now
     clusters = _demo_processes(demo.state)
     assert len(clusters) == 6, f"controller + 3 brokers, and the transport cluster: controller + 1 broker; " \
         f"found {[_cmdline(pid)[-120:] for pid in clusters]}"

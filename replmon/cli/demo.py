@@ -35,14 +35,20 @@ from rich.table import Table
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import state_dir
 from replmon.core.processes import interrupt_on_sigterm
-from replmon.testbed.harness import EventFollower, Pipeline, StageExited, metric, start_transport
+from replmon.testbed.harness import (
+    JOB_START_TIMEOUT_S,
+    EventFollower,
+    Pipeline,
+    StageExited,
+    metric,
+    start_transport,
+)
 from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
 from replmon.testbed.workload import SequencedProducer, committed_unreadable, log_held, readable_records
 from streaming.exporter import Scraped
 
 STEP_TIMEOUT_S = 90.0
 """Longest wait for Kafka to act or for replmon to report, per wait."""
-JOB_START_TIMEOUT_S = 240.0
 MAX_RESTARTS = 2
 SEVERITY_STYLE = {"critical": "bold red", "warning": "yellow", "info": "green"}
 SOURCE_TEXT = {"metadata_log": "the controller's metadata log", "sampler": "sampled", "log_dir": "read from disk"}
@@ -518,7 +524,7 @@ def demo(cluster_dir: Path | None = None) -> int:
             d.start_clusters()
             d.start_pipeline()
             d.start_workload()
-            d.wait_for("the streaming job's first micro-batch (Spark starts in 20-60 s)",
+            d.wait_for("the streaming job's first micro-batch (Spark starts in 20-60 s, minutes on a loaded machine)",
                        lambda: d.metric("replmon_partition_isr_size", topic=d.topic, partition="0") == 3,
                        JOB_START_TIMEOUT_S)
             d.say("replmon sees the demo partitions")
