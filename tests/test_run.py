@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -103,7 +104,8 @@ def test_run_starts_collector_agents_and_job_and_stops_them_all(
         wait_until(agent_sees_the_stopped_broker, 60, "the agent to keep reading the stopped broker's log dir")
         # a running job: its first micro-batch done (a stop in the middle of a first micro-batch longer than the
         # stop's wait, STOP_BATCH_WAIT_S, interrupts it, and Spark's own threads print what they lost)
-        job_port = int(found.group("job").rsplit(":", 1)[1].split("/")[0])
+        job_port = urllib.parse.urlsplit(found.group("job")).port
+        assert job_port is not None
         wait_until(lambda: metric(scrape(job_port), "replmon_job_batches_total"), JOB_START_TIMEOUT_S,
                    "the job's first micro-batch")
         log.flush()
