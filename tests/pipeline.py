@@ -8,6 +8,7 @@ import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -118,14 +119,31 @@ def events_of(pipeline: Pipeline, topic: str, type_: str) -> list[dict[str, Any]
     return [e for e in pipeline.events() if of(topic, type_)(e)]
 
 
-def truncation_offset(log: Path, topic: str, after_line: int) -> int | None:
-    """Where the broker's log says it truncated ``topic``-0 (ReplicaFetcherThread's "Truncating partition ...
-    with TruncationState(offset=N, completed=true)"), among the lines after ``after_line``."""
+@dataclass(frozen=True)
+class Truncation:
+    """A broker's own log line saying where it truncated a partition, and when (its log4j timestamp)."""
+    offset: int
+    logged_ms: float
+
+
+LOG_TIME = re.compile(r"^\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2},\d{3})\]")
+
+
+def logged_truncation(log: Path, topic: str, after_line: int) -> Truncation | None:
+    """Where and when the broker's log says it truncated ``topic``-0 (ReplicaFetcherThread's "Truncating partition
+    ... with TruncationState(offset=N, completed=true)"), among the lines after ``after_line``. The line's time is
+    the broker's local time (log4j's ``%d``), read in the same zone: the JVM and this process share the machine's."""
     pattern = re.compile(rf"Truncating partition {re.escape(topic)}-0 with TruncationState\(offset=(\d+), "
                          r"completed=true\) due to leader epoch")
     lines = log.read_text(errors="replace").splitlines()[after_line:]
-    found = [int(m.group(1)) for line in lines if (m := pattern.search(line))]
-    return found[-1] if found else None
+    found = [(m, line) for line in lines if (m := pattern.search(line))]
+    if not found:
+        return None
+    match, line = found[-1]
+    logged = LOG_TIME.match(line)
+    assert logged, f"a broker log line without its log4j time: {line!r}"
+    at = datetime.strptime(logged.group(1), "%Y-%m-%d %H:%M:%S,%f")
+    return Truncation(int(match.group(1)), at.timestamp() * 1000)
 
 
 def line_count(path: Path) -> int:

@@ -23,7 +23,7 @@ from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.workload import SequencedProducer, readable_sequences, unreadable
 from tests.kafka_dump import controller_metadata_records, log_batches
-from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, events_of, line_count, truncation_offset
+from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline, events_of, line_count, logged_truncation
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -77,7 +77,7 @@ def test_a_clean_failover_under_load_pages_nobody_and_reports_the_discarded_tail
     log = cluster.node(LEADER).log_file
     restart_line = line_count(log)
     cluster.start(LEADER)
-    truncated_to = wait_until(lambda: truncation_offset(log, topic, restart_line), 60, "broker 1 to truncate")
+    truncated_to = wait_until(lambda: logged_truncation(log, topic, restart_line), 60, "broker 1 to truncate").offset
     wait_until(lambda: len(kafka_view.partition(topic).isr) == 3, 90, "the ISR full again")
     assert truncated_to < old_log_end, "the old leader held a tail the new leader never had"
 

@@ -36,16 +36,17 @@ from tests.pipeline import (
     cause_unclean_loss,
     events_of,
     line_count,
+    logged_truncation,
     of,
-    truncation_offset,
 )
 from tests.prometheus import DATA_LOSS, PROMETHEUS_DIR, ROOT, UNCLEAN, UNDER_REPLICATED, Prometheus
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
-TRUNCATION_SEEN_WITHIN_S = 20
-"""From the broker's start command (a JVM start and log recovery, ~5-10 s here) to the agent's sample of its
-truncated log (1 s intervals)."""
+TRUNCATION_SEEN_WITHIN_S = 15
+"""From the broker's own log line of its truncation to the agent's sample of its truncated log (1 s intervals; a
+loaded machine delays a cycle). Timed from the broker's start command instead, the JVM start and log recovery
+(5-20 s) would make the figure the machine's, not the agent's."""
 FRESH_S = 4.0
 """How old the job's newest figure of a partition may be here: a 1 s sampling interval, a 1 s trigger, the
 micro-batch itself."""
@@ -186,19 +187,19 @@ def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_a
     # once with Kafka's figure, none of it uncommitted (it led alone), read from its disk within seconds.
     log = healthy_cluster.node(OLD_LEADER).log_file
     restart_line = line_count(log)
-    restarted_ms = time.time() * 1000
     healthy_cluster.start(OLD_LEADER)
     healthy_cluster.start(OTHER)
-    truncated_to = wait_until(lambda: truncation_offset(log, e2e_topic, restart_line), 60,
-                              "broker 1 to truncate (its log line)")
-    assert truncated_to == first, "where broker 2's log leaves broker 1's epoch"
+    truncated = wait_until(lambda: logged_truncation(log, e2e_topic, restart_line), 60,
+                           "broker 1 to truncate (its log line)")
+    assert truncated.offset == first, "where broker 2's log leaves broker 1's epoch"
     (truncation,) = wait_until(lambda: [e for e in events_of(pipeline, e2e_topic, "LOG_TRUNCATION")
                                         if e["brokers"] == [OLD_LEADER]], DEADLINE_S, "broker 1's LOG_TRUNCATION")
-    assert (truncation["offset_start"], truncation["offset_end"]) == (truncated_to, end)
+    assert (truncation["offset_start"], truncation["offset_end"]) == (truncated.offset, end)
     assert truncation["uncommitted_lost"] == 0
-    seen_after_s = (truncation["event_time_ms"] - restarted_ms) / 1000
-    print(f"LOG_TRUNCATION sampled {seen_after_s:.1f} s after broker 1 was started again")
-    assert seen_after_s < TRUNCATION_SEEN_WITHIN_S, "the agent reads the truncated log within seconds"
+    seen_after_s = (truncation["event_time_ms"] - truncated.logged_ms) / 1000
+    print(f"LOG_TRUNCATION sampled {seen_after_s:.1f} s after broker 1 logged its truncation")
+    # a scan's time is its start, so it may precede the log line it saw by the scan's length; a zone misread is hours
+    assert -5 < seen_after_s < TRUNCATION_SEEN_WITHIN_S, "the agent reads the truncated log within seconds"
     assert all(e["uncommitted_lost"] == 0 and e["severity"] == "critical"
                for e in events_of(pipeline, e2e_topic, "EPOCH_DIVERGENCE"))
 
