@@ -59,7 +59,7 @@ from bench.bench_stream import (  # noqa: E402
     start_producer,
     topic_end,
 )
-from bench.docsection import write_section  # noqa: E402
+from bench.docsection import write_figures  # noqa: E402
 from replmon.core.config import ReplmonConfig, StreamConfig  # noqa: E402
 from replmon.core.kafka_topics import ensure_topic  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
@@ -275,14 +275,10 @@ def main() -> int:
     print("\n".join(rows))
     if not args.no_write:
         plot(results, PLOT)
-        section = "\n".join([
-            f"## {HEADING}", "",
-            f"`{command}` ({time.strftime('%Y-%m-%d')}; load average {results['load_start']} at the start, "
-            f"{results['load_end']} at the end). Steady micro-batches of {args.backlog_batch:,} samples after "
-            "each size's first cycle; see the docstring of `bench/bench_driver.py`.", "", *rows, "",
-            f"![driver against partitions tracked]({PLOT.name})", ""])
-        write_section(DOC, HEADING, section)
-        print(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+        intro = (f"`{command}` ({time.strftime('%Y-%m-%d')}; load average {results['load_start']} at the start, "
+                 f"{results['load_end']} at the end). Steady micro-batches of {args.backlog_batch:,} samples after "
+                 "each size's first cycle; see the docstring of `bench/bench_driver.py`.")
+        write_figures(DOC, HEADING, intro, rows, PLOT, "driver against partitions tracked")
     return 0
 
 

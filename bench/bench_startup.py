@@ -36,7 +36,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.docsection import write_section  # noqa: E402
+from bench.docsection import write_figures  # noqa: E402
 from bench.reliability import pipeline  # noqa: E402
 from replmon.core.config import load_config  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
@@ -188,14 +188,10 @@ def main() -> int:
     print("\n".join(rows))
     if not args.no_write:
         plot(results, PLOT)
-        section = "\n".join([
-            f"## {HEADING}", "",
-            f"`{command}` ({time.strftime('%Y-%m-%d')}). Each start of `replmon stream` timed from its spawn, with "
-            "the collector sampling 3 partitions; then the driver's set-up steps timed one by one in the bench's "
-            "process: see the docstring of `bench/bench_startup.py`.", "", *rows, "",
-            f"![job start-up]({PLOT.name})", ""])
-        write_section(DOC, HEADING, section)
-        print(f"wrote {DOC.relative_to(ROOT)} and {PLOT.relative_to(ROOT)}")
+        intro = (f"`{command}` ({time.strftime('%Y-%m-%d')}). Each start of `replmon stream` timed from its spawn, "
+                 "with the collector sampling 3 partitions; then the driver's set-up steps timed one by one in the "
+                 "bench's process: see the docstring of `bench/bench_startup.py`.")
+        write_figures(DOC, HEADING, intro, rows, PLOT, "job start-up")
     return 0
 
 

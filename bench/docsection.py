@@ -21,3 +21,10 @@ def write_section(doc: Path, heading: str, section: str) -> None:
               else text.rstrip() + "\n\n" + section)
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(joined)
+
+
+def write_figures(doc: Path, heading: str, intro: str, rows: list[str], image: Path, alt: str) -> None:
+    """Write a benchmark's section: its heading, ``intro`` (the command, when, what was measured), its table
+    ``rows`` and its plot ``image`` (beside ``doc``)."""
+    write_section(doc, heading, "\n".join([f"## {heading}", "", intro, "", *rows, "", f"![{alt}]({image.name})", ""]))
+    print(f"wrote {doc.name} and {image.name} in {doc.parent}")
