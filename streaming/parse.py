@@ -48,7 +48,7 @@ CANONICAL_JSON = {"ignoreNullFields": "false"}
 Model = SampleModel
 
 
-def _violations(model: Model, parsed: Column, fields: Column | None) -> list[tuple[Column, str]]:
+def _violations(model: Model, parsed: schema.Sql, fields: schema.Sql | None) -> list[tuple[schema.Sql, str]]:
     """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
     once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record.
     Without ``fields`` (a record known to hold every field of the model, see :func:`_canonical`), a null field
@@ -56,12 +56,12 @@ def _violations(model: Model, parsed: Column, fields: Column | None) -> list[tup
     return schema.violations(model, parsed, None if fields is None else fields.getItem)
 
 
-def _first_violation(model: Model, parsed: Column, fields: Column) -> Column:
+def _first_violation(model: Model, parsed: schema.Sql, fields_sql: schema.Sql, fields: Column) -> Column:
     """The reason of the first failed check, else ``unknown_field:<name>`` for a field the model does not have
-    (its models forbid extra fields), else null."""
+    (its models forbid extra fields), else null. ``fields`` and ``fields_sql``: the same map of raw fields."""
     known = F.array(*[F.lit(schema.json_name(n, f)) for n, f in model.model_fields.items()])
     unknown = F.array_except(F.map_keys(fields), known)
-    return F.coalesce(schema.first_violation(_violations(model, parsed, fields)),
+    return F.coalesce(schema.column(schema.first_violation(_violations(model, parsed, fields_sql))),
                       F.when(F.size(unknown) > 0, F.concat(F.lit(f"{schema.UNKNOWN_FIELD}:"), F.array_min(unknown))))
 
 
@@ -114,18 +114,20 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
     rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
     parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
+    parsed_sql = {s: schema.Sql(f"m{i}") for i, s in enumerate(models)}
     rows = rows.select("*", *[_once(F.to_json(parsed[s], CANONICAL_JSON)).alias(f"j{i}")
                               for i, s in enumerate(models)])
     written = {s: F.col(f"j{i}") for i, s in enumerate(models)}
 
     fast = F.col("utf8") & F.coalesce(*[
         F.when(name == s, _canonical(written[s], F.col("raw"))
-               & schema.first_violation(_violations(m, parsed[s], None)).isNull())
+               & schema.column(schema.first_violation(_violations(m, parsed_sql[s], None))).isNull())
         for s, m in SAMPLE_MODELS.items()], F.lit(False))
     rows = rows.select("*", _once(fast).alias("fast"))
     wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL, STRICT_JSON)
     rows = rows.select("*", _once(F.when(~F.col("fast") & ~F.col("batched"), wrapped)).alias("wrapped"))
-    fields = F.when(F.size(F.col("wrapped")) == 1, F.col("wrapped")[0])
+    fields_sql = schema.Sql("CASE WHEN (size(wrapped) = 1) THEN wrapped[0] END")
+    fields = schema.column(fields_sql)
     slow_name = fields["schema"]
     slow: Column = (
         F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
@@ -135,7 +137,7 @@ def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
     )
     for s, m in SAMPLE_MODELS.items():
         slow = slow.when(slow_name == s, F.coalesce(schema.text_not_string(m, F.col("raw")),
-                                                    _first_violation(m, parsed[s], fields)))
+                                                    _first_violation(m, parsed_sql[s], fields_sql, fields)))
     reason = F.when(F.col("fast") | F.col("batched"), F.lit(None).cast("string")).otherwise(slow)
     kind = (F.when(F.col("batched"), F.lit(BATCH))
             .when(name == PARTITION_SCHEMA, F.lit("p"))

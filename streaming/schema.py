@@ -88,29 +88,91 @@ QUARANTINE_REASONS = (MALFORMED_JSON, INVALID_UTF8, UNKNOWN_SCHEMA, UNKNOWN_FIEL
                       OUT_OF_RANGE, BAD_LENGTH)
 
 
-def _scalar_checks(value: Column, bounds: Bounds, base: Any, where: str) -> list[tuple[Column, str]]:
-    checks: list[tuple[Column, str]] = []
+class Sql:
+    """A Spark SQL expression as text: the checks below are built in Python and handed to the JVM as one
+    expression per column (``F.expr``), not as a PySpark ``Column`` per operation, each of which is a Py4J round
+    trip (~20,000 of them for the checks of every sample model: seconds of every job start, docs/benchmarks.md,
+    "Job start-up"). The operations are those of ``Column`` the checks use, and parse to the same expressions."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __getitem__(self, key: str) -> Sql:
+        return Sql(f"{self.text}[{literal(key)}]")
+
+    getItem = __getitem__
+
+    def isNull(self) -> Sql:  # Column's names: the checks read alike on both
+        return Sql(f"({self.text} IS NULL)")
+
+    def isNotNull(self) -> Sql:
+        return Sql(f"({self.text} IS NOT NULL)")
+
+    def __and__(self, other: Sql) -> Sql:
+        return Sql(f"({self.text} AND {other.text})")
+
+    def __lt__(self, other: Sql) -> Sql:
+        return Sql(f"({self.text} < {other.text})")
+
+    def __gt__(self, other: Sql) -> Sql:
+        return Sql(f"({self.text} > {other.text})")
+
+
+def literal(value: str | int | None) -> Sql:
+    """A literal: a string quoted and escaped as Spark's SQL parser reads it, an integer as it is, None as NULL."""
+    if value is None:
+        return Sql("NULL")
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise TypeError(f"no SQL literal for {value!r}")
+    if isinstance(value, int):
+        return Sql(str(value))
+    return Sql("'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'")
+
+
+def _call(name: str, *args: Sql) -> Sql:
+    return Sql(f"{name}({', '.join(a.text for a in args)})")
+
+
+_LAMBDA_NAMES = iter(range(1 << 62))
+
+
+def _exists(values: Sql, check: Callable[[Sql], Sql]) -> Sql:
+    """Spark's ``exists`` with a lambda of its own variable name (a nested list's lambda shadows none)."""
+    x = Sql(f"x_{next(_LAMBDA_NAMES)}")
+    return Sql(f"exists({values.text}, {x.text} -> {check(x).text})")
+
+
+def column(expression: Sql) -> Column:
+    """The expression as a PySpark column: one Py4J call."""
+    return F.expr(expression.text)
+
+
+def _scalar_checks(value: Sql, bounds: Bounds, base: Any, where: str) -> list[tuple[Sql, str]]:
+    checks: list[tuple[Sql, str]] = []
     if isinstance(base, type) and issubclass(base, int) and not issubclass(base, bool):
         if bounds.ge is not None:
-            checks.append((value < F.lit(bounds.ge), f"{OUT_OF_RANGE}:{where}"))
+            checks.append((value < literal(bounds.ge), f"{OUT_OF_RANGE}:{where}"))
         if bounds.le is not None:
-            checks.append((value > F.lit(bounds.le), f"{OUT_OF_RANGE}:{where}"))
+            checks.append((value > literal(bounds.le), f"{OUT_OF_RANGE}:{where}"))
     if bounds.min_len is not None or bounds.max_len is not None:
-        length = F.size(value) if get_origin(base) is list else F.length(value)
+        length = _call("size", value) if get_origin(base) is list else _call("length", value)
         if bounds.min_len is not None:
-            checks.append((length < F.lit(bounds.min_len), f"{BAD_LENGTH}:{where}"))
+            checks.append((length < literal(bounds.min_len), f"{BAD_LENGTH}:{where}"))
         if bounds.max_len is not None:
-            checks.append((length > F.lit(bounds.max_len), f"{BAD_LENGTH}:{where}"))
+            checks.append((length > literal(bounds.max_len), f"{BAD_LENGTH}:{where}"))
     return checks
 
 
-def violations(model: type[BaseModel], parsed: Column,
-               raw_field: Callable[[str], Column] | None) -> list[tuple[Column, str]]:
+def violations(model: type[BaseModel], parsed: Sql,
+               raw_field: Callable[[str], Sql] | None) -> list[tuple[Sql, str]]:
     """Every check a JSON record must pass to be a valid ``model``: (bad-condition, reason) pairs. ``parsed`` is the
     record parsed with the model's schema; ``raw_field(name)`` gives a field's raw JSON text (null when absent),
     which tells a missing field from a null one and a value of the wrong type from a missing one; without it, a
     null field is a missing one."""
-    out: list[tuple[Column, str]] = []
+    out: list[tuple[Sql, str]] = []
     for name, f in model.model_fields.items():
         key = json_name(name, f)
         raw = raw_field(key) if raw_field is not None else None
@@ -118,10 +180,10 @@ def violations(model: type[BaseModel], parsed: Column,
     return out
 
 
-def _field_violations(value: Column, raw_json: Column | None, annotation: Any, required: bool,
-                      where: str) -> list[tuple[Column, str]]:
+def _field_violations(value: Sql, raw_json: Sql | None, annotation: Any, required: bool,
+                      where: str) -> list[tuple[Sql, str]]:
     base, optional, bounds = unwrap(annotation)
-    out: list[tuple[Column, str]] = []
+    out: list[tuple[Sql, str]] = []
     if required and not optional:
         if raw_json is not None:
             out.append((raw_json.isNull() & value.isNull(), f"{MISSING_FIELD}:{where}"))
@@ -136,7 +198,7 @@ def _field_violations(value: Column, raw_json: Column | None, annotation: Any, r
         (item_type,) = get_args(base)
         item_checks = _item_check_builder(item_type, f"{where}[]")
         for reason, build in item_checks:
-            out.append((value.isNotNull() & F.exists(value, build), reason))
+            out.append((value.isNotNull() & _exists(value, build), reason))
     elif isinstance(base, type) and issubclass(base, BaseModel):
         for name, f in base.model_fields.items():
             key = json_name(name, f)
@@ -145,16 +207,16 @@ def _field_violations(value: Column, raw_json: Column | None, annotation: Any, r
     return out
 
 
-def _item_check_builder(item_type: Any, where: str) -> list[tuple[str, Any]]:
+def _item_check_builder(item_type: Any, where: str) -> list[tuple[str, Callable[[Sql], Sql]]]:
     """(reason, lambda x -> bad-condition) for the items of a list (checked with Spark's ``exists``)."""
     _, optional, _ = unwrap(item_type)
-    probe = _field_violations(F.lit(None), None, item_type, not optional, where)
+    probe = _field_violations(literal(None), None, item_type, not optional, where)
     return [(reason, _make_item_lambda(item_type, not optional, where, index))
             for index, (_cond, reason) in enumerate(probe)]
 
 
-def _make_item_lambda(item_type: Any, required: bool, where: str, index: int) -> Any:
-    def build(x: Column) -> Column:
+def _make_item_lambda(item_type: Any, required: bool, where: str, index: int) -> Callable[[Sql], Sql]:
+    def build(x: Sql) -> Sql:
         return _field_violations(x, None, item_type, required, where)[index][0]
 
     return build
@@ -188,9 +250,10 @@ def text_not_string(model: type[BaseModel], raw: Column) -> Column:
     text tells. A regex over it finds the field's name followed by a value that does not open with a quote."""
     checks = [(raw.rlike('"' + re.escape(key) + r'"\s*:\s*(?!null\b)[^"\s]'), f"{WRONG_TYPE}:{path}")
               for key, path in string_fields(model).items()]
-    return first_violation(checks)
-
-
-def first_violation(checks: list[tuple[Column, str]]) -> Column:
-    """The reason of the first failed check, or null when the record is valid."""
     return F.coalesce(*[F.when(cond, F.lit(reason)) for cond, reason in checks], F.lit(None).cast("string"))
+
+
+def first_violation(checks: list[tuple[Sql, str]]) -> Sql:
+    """The reason of the first failed check, or null when the record is valid."""
+    whens = [Sql(f"CASE WHEN {cond.text} THEN {literal(reason).text} END") for cond, reason in checks]
+    return _call("coalesce", *whens, Sql("CAST(NULL AS STRING)"))
