@@ -222,3 +222,20 @@ def test_a_filter_on_the_reason_leaves_each_record_parsed_and_judged_once(spark:
         # extra fields: one check per model, on the map path; a cycle's range: the fast path's and the map path's
         assert plan.count(f"{schema.UNKNOWN_FIELD}:") == len(SAMPLE_MODELS), plan[:3000]
         assert plan.count(f"{schema.OUT_OF_RANGE}:cycle") == 2 * with_cycle, plan[:3000]
+
+
+def test_the_checks_sql_literals_read_back_as_written(spark: SparkSession) -> None:
+    """The checks reach the JVM as SQL text (schema.Sql): a reason, a field name or a bound must read back as the
+    value it was, quotes and backslashes included, and a value with no SQL literal is refused."""
+    values: list[str | int] = ["out_of_range:replica_offsets[].log_end_offset", "it's", "back\\slash", "\\'", "",
+                               -1, 0, 2**31 - 1, 2**31, 2**53, 2**63 - 1]
+    row = spark.range(1).select(*[schema.column(schema.literal(v)).alias(f"v{i}")
+                                  for i, v in enumerate(values)]).first()
+    assert row is not None and list(row) == values
+    assert [type(v) for v in row] == [type(v) for v in values], "an integer bound stays an integer (no decimal)"
+    for bad in (1.5, True):
+        try:
+            schema.literal(bad)  # type: ignore[arg-type]
+        except TypeError:
+            continue
+        raise AssertionError(f"{bad!r} given an SQL literal")
