@@ -7,6 +7,7 @@ validated here without a second definition.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 from enum import Enum
@@ -136,7 +137,7 @@ def _call(name: str, *args: Sql) -> Sql:
     return Sql(f"{name}({', '.join(a.text for a in args)})")
 
 
-_LAMBDA_NAMES = iter(range(1 << 62))
+_LAMBDA_NAMES = itertools.count()
 
 
 def _exists(values: Sql, check: Callable[[Sql], Sql]) -> Sql:
