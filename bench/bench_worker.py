@@ -19,7 +19,8 @@ Steps, in microseconds per sample (CPU of this process, the minimum over ``--rou
 * load / process / save: the bucket's state unpacked, the micro-batch applied (parse or decode included), the
   state packed;
 * frame: the output rows as the Arrow batch the processor yields (with the steady columns, only what leaves the
-  processor: ``streaming.processor.serve``, the default series budget), and PySpark's serializer's struct array of
+  processor: ``streaming.processor.serve``, the default series budget, the served rows as one stream:
+  ``streaming.processor.pack_served``), and PySpark's serializer's struct array of
   it (with the job's hook, ``streaming.pyspark_hooks.arrow_output``).
 
 Writes the figures, the command and a plot to the "## Python workers" section of docs/benchmarks.md and
@@ -61,6 +62,7 @@ from streaming.processor import (  # noqa: E402
     _row_columns,
     _steady_columns,
     apply_bucket,
+    pack_served,
     serve,
 )
 from streaming.pyspark_hooks import arrow_output  # noqa: E402
@@ -154,7 +156,7 @@ def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_fo
             table, out = apply_bucket(table, frame, CFG, 1_700_000_000_000 + cycle * 10_000 + 500)
             t4 = clock()
             if steady:  # what leaves the processor, as the processor chooses it (the design before had no choice)
-                output = serve(table, _frame(out.rows), 0, SERIES_BUDGET, "bench", out.steady)
+                output = pack_served(serve(table, _frame(out.rows), 0, SERIES_BUDGET, "bench", out.steady))
             else:
                 output = _output([_row_columns(out.rows)] + (
                     [] if out.steady is None else [_steady_columns(out.steady, None, {})]))

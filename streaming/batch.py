@@ -24,7 +24,7 @@ from pyspark.util import InheritableThread
 from replmon.core.config import ReplmonConfig
 from streaming.exporter import JobExporter
 from streaming.parse import quarantined_records
-from streaming.processor import KIND_BUCKET, KIND_EVENT, KIND_PARTITION, KIND_QUARANTINE, NOT_METRICS
+from streaming.processor import KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE, NOT_METRICS, served_rows
 from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
 from streaming.serving import Partials
 from streaming.silence import cluster_stale, compact_json, silent_clusters
@@ -44,8 +44,9 @@ class JobStats:
 
 class StateBatchHandler:
     """foreachBatch of the state query. The micro-batch's output stays on the executors but for what the driver
-    serves (:mod:`streaming.serving`): events, quarantined records, a message per state bucket (its aggregates,
-    the partitions no longer candidates) and the candidates' rows that changed. The history's partition snapshots
+    serves (:mod:`streaming.serving`): events, quarantined records and a message per state bucket (its aggregates,
+    the partitions no longer candidates, the candidates' rows that changed as one Arrow stream:
+    :func:`streaming.processor.pack_served`). The history's partition snapshots
     are written by Spark's Parquet writer on the executors, straight from the output, held in their memory for the
     two uses (computed once: the state is applied once)."""
 
@@ -67,13 +68,13 @@ class StateBatchHandler:
                 batch.unpersist()
 
     def handle(self, batch: DataFrame, batch_id: int) -> None:
-        out = collect(batch.filter(F.col("kind").isin(KIND_QUARANTINE, KIND_BUCKET) | F.col("served")))
+        out = collect(batch.filter(F.col("kind").isin(KIND_QUARANTINE, KIND_BUCKET)))
         quarantined = out["kind"] == KIND_QUARANTINE
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
-        # a partition row has both; other rows' nulls make the columns float (a label partition="0.0")
-        partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        messages, aggregates = bucket_messages(out[out["kind"] == KIND_BUCKET])
+        buckets = out[out["kind"] == KIND_BUCKET]
+        partitions = served_rows(buckets)  # the candidates' rows, in their buckets' rows (pack_served)
+        messages, aggregates = bucket_messages(buckets)
         told = told_by(messages, aggregates)
         candidates = serve_buckets(self.exporter, messages, aggregates, partitions)
         # the events and the partition snapshots: Spark jobs over the persisted output, independent of each other,

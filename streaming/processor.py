@@ -48,7 +48,7 @@ from pyspark.sql.types import (
 )
 
 from replmon.contracts.batches import entries as batch_entries
-from replmon.contracts.batches import read_stream
+from replmon.contracts.batches import read_stream, write_stream
 from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
 from streaming.batches import BATCH, QUARANTINED, as_entries, gather_entries
@@ -121,8 +121,10 @@ def _spark_type(annotation: Any) -> DataType:
 ROW_TAIL = StructType([
     StructField("history", BooleanType(), True),  # a partition row that goes into the history (history_due)
     StructField("served", BooleanType(), True),  # a partition row the driver takes (streaming.serving)
+    StructField("served_rows", BinaryType(), True),  # a bucket row's: its served partition rows (pack_served)
 ])
-"""After the metrics: whether a partition row is a history snapshot, and whether it goes to the driver."""
+"""After the metrics: whether a partition row is a history snapshot, whether it goes to the driver, and, in a
+:data:`KIND_BUCKET` row, the partition rows that go to the driver as one Arrow IPC stream (:func:`pack_served`)."""
 
 OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     StructField(name, _spark_type(annotation), True)
@@ -132,7 +134,7 @@ OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
 :data:`ROW_TAIL`."""
 OUTPUT_ARROW = to_arrow_schema(OUTPUT_SCHEMA)
 """The output rows as the Arrow batch the processor yields (:func:`streaming.pyspark_hooks.arrow_output`)."""
-NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history", "served")
+NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history", "served", "served_rows")
 """The output columns that are not a partition's metrics (the exporter's table and the history leave them out)."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
 
@@ -535,6 +537,44 @@ def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, r
     return _output(parts)
 
 
+def pack_served(output: pa.RecordBatch) -> pa.RecordBatch:
+    """A bucket call's output (:func:`serve`) as it leaves the processor: the partition rows the driver takes
+    (``served``) as one Arrow IPC stream in the :data:`KIND_BUCKET` row's ``served_rows``, not a row each; the
+    history snapshots, events and quarantined records stay rows (the executors write them).
+
+    Spark turns every output row into its own rows: from the processor's Arrow into the micro-batch's cache, out of
+    it, to Arrow again for the driver's collect; ~100,000 wide rows (maps and lists) a micro-batch cost ~1 s of
+    the JVM on 2 cores against ~0.1 s for the same rows as 32 streams (docs/benchmarks.md, "Streaming job"). A
+    row both served and a history snapshot is in both, served only through the stream. An output without served
+    rows (or without a bucket row) is left as it is."""
+    kind = output.column("kind")
+    served = pc.fill_null(pc.and_kleene(pc.equal(kind, KIND_PARTITION), output.column("served")), False)
+    bucket = pc.equal(kind, KIND_BUCKET)
+    if not pc.any(served).as_py() or pc.sum(bucket).as_py() != 1:
+        return output
+    history = pc.fill_null(output.column("history"), False)
+    rows = write_stream(pa.Table.from_batches([output.filter(served)]))
+    stay = output.filter(pc.or_(pc.invert(served), history))
+    names = stay.schema.names
+    columns = stay.columns
+    columns[names.index("served")] = pc.if_else(pc.equal(stay.column("kind"), KIND_PARTITION), False,
+                                                stay.column("served"))
+    columns[names.index("served_rows")] = pc.if_else(pc.equal(stay.column("kind"), KIND_BUCKET),
+                                                     pa.scalar(rows, pa.binary()), stay.column("served_rows"))
+    return pa.RecordBatch.from_arrays(columns, schema=stay.schema)
+
+
+def served_rows(buckets: pd.DataFrame) -> pd.DataFrame:
+    """The partition rows the bucket rows of a micro-batch's output carry (:func:`pack_served`), one frame, as the
+    driver's collect makes rows pandas (maps as dicts, lists as arrays); none: an empty frame of the output
+    columns."""
+    streams = [value for value in buckets["served_rows"].tolist() if value is not None]
+    if not streams:
+        return pd.DataFrame({name: pd.Series(dtype=object) for name in OUTPUT_COLUMNS})
+    tables = [read_stream(value) for value in streams]
+    return pa.concat_tables(tables).to_pandas(maps_as_pydicts="strict")
+
+
 def _message(served: ServedColumns, frame: pd.DataFrame, bucket: int, left: list[PartitionKey], history: int
              ) -> dict[str, Any]:
     """A bucket's :data:`KIND_BUCKET` row: its aggregates, the partitions no longer candidates, how many history
@@ -613,7 +653,7 @@ class ReplicationProcessor(StatefulProcessor):
             step("load", len(table))
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
-            output = serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady)
+            output = pack_served(serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady))
             step("frame", output.num_rows)
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next
@@ -636,7 +676,7 @@ class ReplicationProcessor(StatefulProcessor):
             stored = self.table.load()
             table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
             if out or (stored is not None and stored.served.run != self.run):
-                output = serve(table, _frame(out), int(key[0]), self.series_budget, self.run)
+                output = pack_served(serve(table, _frame(out), int(key[0]), self.series_budget, self.run))
                 self.table.save(table)
             else:
                 output = _output([_row_columns(out)])

@@ -13,10 +13,10 @@ from replmon.cli import main
 from replmon.core.errors import ReplmonError
 from replmon.testbed.hdfs import MiniHdfs
 from streaming.buckets import LAYOUT_FILE, resolve_layout
-from streaming.processor import KIND_PARTITION, OUTPUT_COLUMNS, OUTPUT_SCHEMA
 from streaming.sinks import HistoryWriter, read_events
 from streaming.storage import HadoopDirectory
 from tests.test_stream_driver import metrics_rows
+from tests.test_stream_history import output
 
 pytestmark = [pytest.mark.hdfs, pytest.mark.spark]
 
@@ -55,10 +55,7 @@ def test_the_history_on_hdfs_is_written_by_spark_and_read_back_once_per_event(
     # the partition snapshots: from the micro-batch's output as Spark holds it (not from the driver's rows), the
     # rows the processor marked only
     rows = metrics_rows(4, unhealthy={1}).assign(history=[True, True, False, True], sample_time_ms=1_700_000_000_000)
-    output = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None,
-                         served=False)[OUTPUT_COLUMNS]
-    batch = spark.createDataFrame(output, schema=OUTPUT_SCHEMA)
-    writer.write_partitions(batch)
+    writer.write_partitions(output(spark, rows))
     partitions = spark.read.parquet(f"{location}/partitions").orderBy("partition").collect()
     marked = rows[rows["history"]]
     assert [(r["cluster"], str(r["date"]), r["partition"], r["isr_size"]) for r in partitions] == [

@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql.types import (
     ArrayType,
+    BinaryType,
     BooleanType,
     LongType,
     MapType,
@@ -51,6 +52,7 @@ WRITTEN_SCHEMA = StructType([
     StructField("follower_time_lag_ms", MapType(LongType(), LongType()), True),
     # after the metrics: not a metric, not in the history files
     StructField("history", BooleanType(), True), StructField("served", BooleanType(), True),
+    StructField("served_rows", BinaryType(), True),
 ])
 
 
@@ -71,7 +73,7 @@ def test_the_output_schema_derived_from_the_metrics_is_the_one_written_before() 
 def test_a_partition_row_has_every_column_of_the_schema_with_its_values() -> None:
     _state, metrics = a_state()
     row = partition_row(metrics)
-    assert set(row) == set(OUTPUT_SCHEMA.fieldNames()) - {"event_id", "event_type", "payload", "served"}
+    assert set(row) == set(OUTPUT_SCHEMA.fieldNames()) - {"event_id", "event_type", "payload", "served", "served_rows"}
     assert row["kind"] == KIND_PARTITION and row["isr"] == [1, 2] and row["replicas"] == [1, 2, 3]
     assert row["follower_lag"] == {2: 5} and row["hw_lag"] == 10 and row["health"] == int(metrics.health)
     table = pa.Table.from_pylist([row], schema=pa.schema([(f.name, _arrow(f.dataType)) for f in OUTPUT_SCHEMA

@@ -16,7 +16,8 @@ from tests.test_stream_driver import metrics_rows
 
 def output(spark: SparkSession, rows: pd.DataFrame) -> DataFrame:
     """``rows`` as the processor's output of a micro-batch, as Spark holds it."""
-    out = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None, served=False)
+    out = rows.assign(kind=KIND_PARTITION, event_id=None, event_type=None, payload=None, served=False,
+                      served_rows=None)
     return spark.createDataFrame(out[OUTPUT_COLUMNS], schema=OUTPUT_SCHEMA)
 
 
@@ -52,7 +53,7 @@ def test_history_holds_the_marked_snapshots_with_their_values(spark: SparkSessio
                                                                    ("partition", "ascending")]).to_pylist()
     assert [(r["partition"], r["sample_time_ms"]) for r in written] == [(0, 5_000), (1, 5_000), (2, 5_000),
                                                                         (1, 6_000)]
-    assert "history" not in written[0] and "kind" not in written[0] and "served" not in written[0]
+    assert not {"history", "kind", "served", "served_rows"} & set(written[0])
     assert {r["date"] for r in written} == {"1970-01-01"} and {r["cluster"] for r in written} == {"c"}
     first = written[:3]
     assert first[0]["hw_lag"] is None and first[1]["hw_lag"] == 0

@@ -34,7 +34,9 @@ from streaming.processor import (
     _row_columns,
     apply_bucket,
     expire_bucket,
+    pack_served,
     serve,
+    served_rows,
     steady_frame,
     steady_rows,
 )
@@ -216,15 +218,15 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                     frame = every = _frame(rows)
                 for row in every[every["kind"] == KIND_PARTITION].to_dict("records"):
                     newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
-                outputs.append(as_pandas(serve(table, frame, bucket, budget, run, steady)))
+                outputs.append(as_pandas(pack_served(serve(table, frame, bucket, budget, run, steady))))
                 buckets[bucket] = pack(table)
         if not outputs:
             continue
         rng.shuffle(outputs)  # Spark's collect keeps no order between tasks
         out = pd.concat(outputs, ignore_index=True)
-        out = out[(out["kind"] != KIND_PARTITION) | out["served"].eq(True)]
-        partitions = out[out["kind"] == KIND_PARTITION].astype({"partition": "int64", "sample_time_ms": "int64"})
-        take_served(exporter, out[out["kind"] == KIND_BUCKET], partitions)
+        assert not out.loc[out["kind"] == KIND_PARTITION, "served"].any()  # served only in the bucket rows
+        buckets_out = out[out["kind"] == KIND_BUCKET]  # what the driver collects, as it reads it
+        take_served(exporter, buckets_out, served_rows(buckets_out))
         if not newest or exporter.tracked() < len(newest):
             # no partition sampled yet (only timers so far), or a driver that started again, which hears from
             # each bucket at its next call
@@ -240,6 +242,36 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
         with exporter._lock:
             aggregates = exporter._aggregates
         assert exported(aggregates) == exported(partials(served_of(pd.DataFrame(list(newest.values())))))
+
+
+def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_stay_rows() -> None:
+    """pack_served: the partition rows a bucket serves travel as one Arrow stream in its bucket row, which the
+    driver reads back as the rows they were; history snapshots (served or not), events and quarantined records
+    stay rows, none of them served; an output with nothing served is left as it is."""
+    rng = random.Random(11)
+    table = ColumnarTable()
+    for cycle in range(1, 4):  # the first cycle: every row a history snapshot; later ones mostly steady
+        bad = pd.DataFrame({"kind": [QUARANTINED], "sample": ['{"reason": "malformed_json", "raw": "x{"}'],
+                            "sample_time_ms": [None], "cycle": [None]})
+        table, out = apply_bucket(table, pd.concat([records([sample(rng, p, cycle) for p in range(30)]), bad],
+                                                   ignore_index=True), CFG, 1_000_000 + cycle * 1000 + 500,
+                                  copy=False)
+        leaving = serve(table, _frame(out.rows), 0, 10, "run", out.steady)
+        whole, packed = as_pandas(leaving), as_pandas(pack_served(leaving))
+        partition = whole["kind"] == KIND_PARTITION
+        served = partition & whole["served"].eq(True)
+        assert 0 < served.sum() <= 10
+        expected = leaving.filter(pa.array(served.to_numpy())).to_pandas(maps_as_pydicts="strict")
+        pd.testing.assert_frame_equal(served_rows(packed[packed["kind"] == KIND_BUCKET]), expected)
+        stays = whole[~served | whole["history"].eq(True)]
+        shown = [*KEY, "kind", "history", "event_id"]
+        assert packed[shown].to_dict("records") == stays[shown].to_dict("records")
+        assert not packed.loc[packed["kind"] == KIND_PARTITION, "served"].any()
+        assert packed["served_rows"].notna().sum() == 1 and set(packed["kind"]) >= {KIND_BUCKET, KIND_QUARANTINE}
+        table = unpack(pack(table))
+    nothing = _output([_row_columns([{"kind": KIND_QUARANTINE, "payload": "x"}])])
+    assert pack_served(nothing) is nothing
+    assert served_rows(pd.DataFrame({"served_rows": [None]})).empty
 
 
 def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_first_call() -> None:
@@ -321,6 +353,7 @@ def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> No
             leaving = serve(table, _frame(out.rows), 0, 4, "run", out.steady)
         assert hooked(_output([_row_columns(rows)])).equals(public(_frame(rows)))
         assert hooked(leaving).equals(public(as_pandas(leaving)))
+        assert hooked(pack_served(leaving)).equals(public(as_pandas(pack_served(leaving))))
         kinds |= {row["kind"] for row in rows} | set(leaving.column("kind").to_pylist())
         table = unpack(pack(table))  # as the state store keeps it: the steady partitions move into columns
     assert kinds == {KIND_PARTITION, KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE} and steady > 0
