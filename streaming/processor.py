@@ -559,8 +559,9 @@ def pack_served(output: pa.RecordBatch) -> pa.RecordBatch:
     columns = stay.columns
     columns[names.index("served")] = pc.if_else(pc.equal(stay.column("kind"), KIND_PARTITION), False,
                                                 stay.column("served"))
-    columns[names.index("served_rows")] = pc.if_else(pc.equal(stay.column("kind"), KIND_BUCKET),
-                                                     pa.scalar(rows, pa.binary()), stay.column("served_rows"))
+    values: list[bytes | None] = [None] * stay.num_rows  # the stream once, in the bucket row alone
+    values[stay.column("kind").to_pylist().index(KIND_BUCKET)] = rows
+    columns[names.index("served_rows")] = pa.array(values, pa.binary())
     return pa.RecordBatch.from_arrays(columns, schema=stay.schema)
 
 

@@ -257,7 +257,8 @@ def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_s
                                                    ignore_index=True), CFG, 1_000_000 + cycle * 1000 + 500,
                                   copy=False)
         leaving = serve(table, _frame(out.rows), 0, 10, "run", out.steady)
-        whole, packed = as_pandas(leaving), as_pandas(pack_served(leaving))
+        packed_batch = pack_served(leaving)
+        whole, packed = as_pandas(leaving), as_pandas(packed_batch)
         partition = whole["kind"] == KIND_PARTITION
         served = partition & whole["served"].eq(True)
         assert 0 < served.sum() <= 10
@@ -268,10 +269,24 @@ def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_s
         assert packed[shown].to_dict("records") == stays[shown].to_dict("records")
         assert not packed.loc[packed["kind"] == KIND_PARTITION, "served"].any()
         assert packed["served_rows"].notna().sum() == 1 and set(packed["kind"]) >= {KIND_BUCKET, KIND_QUARANTINE}
+        stream = packed["served_rows"].dropna().iloc[0]  # held once: the column's data is that one stream
+        held = packed_batch.column("served_rows").get_total_buffer_size()
+        assert held <= len(stream) + 5 * (packed_batch.num_rows + 1)
         table = unpack(pack(table))
     nothing = _output([_row_columns([{"kind": KIND_QUARANTINE, "payload": "x"}])])
     assert pack_served(nothing) is nothing
     assert served_rows(pd.DataFrame({"served_rows": [None]})).empty
+
+
+def test_a_bucket_s_first_call_over_thousands_of_partitions_packs_its_rows() -> None:
+    """A bucket's first call: every partition row a history snapshot and served (a bucket the size of 100,000
+    partitions in 32 buckets), the stream ~1 MB; packed, it is held once, not once per row that stays."""
+    rng = random.Random(3)
+    table, out = apply_bucket(ColumnarTable(), records([sample(rng, p, 1) for p in range(3_200)]), CFG, 2_000_000)
+    leaving = serve(table, _frame(out.rows), 0, 5_000, "run", out.steady)
+    packed = as_pandas(pack_served(leaving))
+    assert (packed["kind"] == KIND_PARTITION).sum() == 3_200  # every one a history snapshot
+    assert len(served_rows(packed[packed["kind"] == KIND_BUCKET])) == 3_200
 
 
 def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_first_call() -> None:
