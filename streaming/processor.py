@@ -555,12 +555,10 @@ def pack_served(output: pa.RecordBatch) -> pa.RecordBatch:
     history = pc.fill_null(output.column("history"), False)
     rows = write_stream(pa.Table.from_batches([output.filter(served)]))
     stay = output.filter(pc.or_(pc.invert(served), history))
-    names = stay.schema.names
-    columns = stay.columns
-    columns[names.index("served")] = pc.if_else(pc.equal(stay.column("kind"), KIND_PARTITION), False,
-                                                stay.column("served"))
+    names, columns, kinds = stay.schema.names, stay.columns, stay.column("kind")
+    columns[names.index("served")] = pc.if_else(pc.equal(kinds, KIND_PARTITION), False, stay.column("served"))
     values: list[bytes | None] = [None] * stay.num_rows  # the stream once, in the bucket row alone
-    values[stay.column("kind").to_pylist().index(KIND_BUCKET)] = rows
+    values[pc.index(kinds, KIND_BUCKET).as_py()] = rows
     columns[names.index("served_rows")] = pa.array(values, pa.binary())
     return pa.RecordBatch.from_arrays(columns, schema=stay.schema)
 
