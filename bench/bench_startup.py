@@ -14,11 +14,10 @@ started again on it. Each start is timed, from the spawn, to:
   driver's writes of a first micro-batch, cold).
 
 Then, in this process (the same code, the same machine, after the job stopped), the driver's set-up steps one by
-one: the Spark session (:func:`streaming.session.get_session`, a JVM and its SparkContext), the samples' parse and
-the processor's input (:func:`streaming.parse.parse_samples`, :func:`streaming.parse.processor_input`: the
-Py4J calls that build their expressions, counted) and a new checkpoint's state layout
-(:func:`streaming.buckets.task_of_ids`, a Spark job). Prints a table and writes the "## Job start-up" section of
-docs/benchmarks.md and docs/bench_startup.png.
+one: the Spark session (:func:`streaming.session.get_session`, a JVM and its SparkContext), the processor's
+input (:func:`streaming.parse.processor_input`: the Py4J calls that build its plan, counted) and a new
+checkpoint's state layout (:func:`streaming.buckets.task_of_ids`, a Spark job). Prints a table and writes the
+"## Job start-up" section of docs/benchmarks.md and docs/bench_startup.png.
 """
 
 from __future__ import annotations
@@ -94,7 +93,7 @@ def timed(call: Callable[[], Any]) -> tuple[float, Any]:
 def driver_steps(config_path: Path) -> dict[str, float]:
     """The driver's set-up steps in this process, on the job's configuration."""
     from streaming.buckets import task_of_ids
-    from streaming.parse import parse_samples, processor_input
+    from streaming.parse import processor_input
     from streaming.session import get_session
     from streaming.source import kafka_source
 
@@ -104,14 +103,13 @@ def driver_steps(config_path: Path) -> dict[str, float]:
         buckets = list(range(config.stream.state_buckets))
         source_s, raw = timed(lambda: kafka_source(spark, config, None))
         with counted_py4j_calls() as calls:
-            parse_s, parsed = timed(lambda: parse_samples(raw, buckets))
-            parse_calls = calls[0]
-            input_s, _ = timed(lambda: processor_input(parsed, buckets))
+            input_s, _ = timed(lambda: processor_input(raw, buckets))
+            input_calls = calls[0]
         layout_s, _ = timed(lambda: task_of_ids(spark, config.stream.state_buckets * 8, 2))
     finally:
         spark.stop()
-    return {"session_s": session_s, "source_s": source_s, "parse_s": parse_s, "parse_calls": parse_calls,
-            "input_s": input_s, "layout_s": layout_s}
+    return {"session_s": session_s, "source_s": source_s, "input_calls": input_calls, "input_s": input_s,
+            "layout_s": layout_s}
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -147,8 +145,7 @@ def table(results: dict[str, Any]) -> list[str]:
     rows += ["", "| the driver's set-up step (this process) | seconds |", "|---|---:|",
              f"| Spark session (`get_session`: the JVM, its SparkContext) | {st['session_s']:.1f} |",
              f"| the Kafka source (`kafka_source`) | {st['source_s']:.1f} |",
-             f"| the samples' parse (`parse_samples`: {st['parse_calls']:,} Py4J calls) | {st['parse_s']:.1f} |",
-             f"| the processor's input (`processor_input`) | {st['input_s']:.1f} |",
+             f"| the processor's input (`processor_input`: {st['input_calls']:,} Py4J calls) | {st['input_s']:.1f} |",
              f"| a new checkpoint's layout (`task_of_ids`, a Spark job) | {st['layout_s']:.1f} |"]
     return rows
 

@@ -1,5 +1,5 @@
 """Benchmark of the streaming job: sustained samples/s, sample-to-metric latency and driver memory, against a
-stateless baseline (same Kafka source and parse_samples, no state) in the same run.
+stateless baseline (same Kafka source and processor_input, no state) in the same run.
 
     .venv/bin/python bench/bench_stream.py [--partitions 100000] [--rate 100000] [--duration 120]
         [--kept-fraction 0.5 | --kept-rate R] [--kept-duration 60] [--transport batch|json]
@@ -13,7 +13,7 @@ the collector publishes a cycle (bench/batch_producer.py, the default), or a JSO
 are counted as samples, whatever a record holds (the batch producer logs each record's entries). Phases:
 
 1. backlog: ``--backlog-cycles`` cycles over ``--partitions`` partitions (RF 3) written as fast as possible;
-2. baseline: a stateless query (parse_samples, the processor's input rows to Spark's noop sink) reads the
+2. baseline: a stateless query (processor_input: the processor's input rows to Spark's noop sink) reads the
    backlog;
 3. job: the real job (streaming.job.start_job) reads the same backlog from the start: its capacity; then the
    baseline again (a machine whose speed drifts during the run moves both baselines);
@@ -632,9 +632,9 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in table]
     section = "\n".join([
         "## Streaming job", "",
-        "The Spark job (`streaming/job.py`: Kafka source, parse_samples, bucketed transformWithStateInPandas, "
+        "The Spark job (`streaming/job.py`: Kafka source, processor_input, bucketed transformWithStateInPandas, "
         "foreachBatch to events/Prometheus/history and the quarantine, one query) against a stateless baseline "
-        "(same source and parse_samples, the processor's input rows to Spark's noop sink) run before and after the "
+        "(same source and processor_input, the processor's input rows to Spark's noop sink) run before and after the "
         "job in the same run, on a one-broker local Kafka; synthetic samples from a separate producer process "
         "(`partition_batch/v1` records from `bench/batch_producer.py`, the collector's format; `--transport json`: "
         "a JSON record per sample from `bench/SampleProducer.java`), see the docstring of `bench/bench_stream.py` "
@@ -649,7 +649,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from streaming.job import RunningJob, start_job
-    from streaming.parse import parse_samples, processor_input
+    from streaming.parse import processor_input
     from streaming.pyspark_hooks import JsonProgressListener
     from streaming.session import get_session
     from streaming.source import kafka_source
@@ -739,8 +739,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def run_baseline(run: str) -> dict[str, Any]:
             """The stateless baseline on the backlog, from its start (a fresh checkpoint per run)."""
-            parsed = parse_samples(kafka_source(spark, config), range(config.stream.state_buckets))
-            baseline = (processor_input(parsed, range(config.stream.state_buckets)).writeStream
+            raw = kafka_source(spark, config)
+            baseline = (processor_input(raw, range(config.stream.state_buckets)).writeStream
                         .queryName("bench-baseline").format("noop")
                         .option("checkpointLocation", str(work / run / "checkpoint"))
                         .trigger(processingTime=f"{args.trigger} seconds").start())

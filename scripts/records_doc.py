@@ -52,7 +52,7 @@ def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
 
 
 def _number(value: int) -> str:
-    for power in (62, 53, 31):
+    for power in (63, 62, 53, 31):
         if value == 2**power:
             return f"2^{power}"
         if value == 2**power - 1:

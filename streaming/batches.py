@@ -10,9 +10,8 @@ is quarantined alone, and the valid entries go on, grouped by the state bucket t
 
 from __future__ import annotations
 
-import base64
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple, get_args, get_origin
 
 import numpy as np
@@ -79,8 +78,8 @@ def _numpy(array: pa.Array, fill: Any) -> np.ndarray:
 
 
 class _Plan(NamedTuple):
-    """The checks of one field (:func:`streaming.schema.violations`, read off the model once): its own, its list
-    items', its struct fields'."""
+    """The checks of one field (read off the model once, as pydantic applies them to a JSON record): its own, its
+    list items', its struct fields'."""
 
     where: str
     required: bool
@@ -156,6 +155,13 @@ def entry_reasons(table: pa.Table) -> list[str | None]:
 
 def _strings(array: pa.Array | pa.ChunkedArray) -> list[Any]:
     return list(array.to_numpy(zero_copy_only=False).tolist())
+
+
+def bucket_of(key: str, bucket_ids: Sequence[int]) -> int:
+    """The bucket id of a state key (a JSON record's): Spark's ``pmod(xxhash64(key), buckets)`` picks it, as
+    :func:`buckets_of` for a batch's entries."""
+    digest = xxhash.xxh64_intdigest(key.encode(), SEED)
+    return bucket_ids[(digest - 2**64 if digest >= 2**63 else digest) % len(bucket_ids)]
 
 
 def buckets_of(table: pa.Table, buckets: int) -> np.ndarray:
@@ -237,49 +243,7 @@ the state and the quarantine): its ``sample`` is what the quarantine keeps of it
 untouched as the ``payload`` of a quarantine output row."""
 BATCH = "B"
 """Input ``kind`` of a row whose ``batch`` holds partition samples as columns: a batch record, then (after
-:func:`split_rows`) one bucket's share of the batch records of one task."""
-QUARANTINE_VALUE_MAX_BYTES = 48_000
-"""How much of a batch record that cannot be read the quarantine keeps (base64: 64 kB of text)."""
-
-
-def split_rows(bucket_ids: list[int]) -> Callable[[Iterable[pa.RecordBatch]], Iterable[pa.RecordBatch]]:
-    """The processor's input rows with the batch records (kind ``B``, the value in ``batch``, where it came from
-    in ``sample``) of a task replaced by one row per bucket they reach and a row per quarantined entry
-    (``mapInArrow``); other rows pass untouched."""
-    def split(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        values: list[bytes] = []
-        wheres: list[str] = []
-        schema = None
-        for rows in batches:
-            schema = rows.schema
-            batched = np.asarray(pc.fill_null(pc.equal(rows.column("kind"), BATCH), False)
-                                 .to_numpy(zero_copy_only=False), bool)
-            if not batched.all():
-                yield rows.filter(pa.array(~batched)) if batched.any() else rows
-            if batched.any():
-                picked = rows.filter(pa.array(batched))
-                values += picked.column("batch").to_pylist()
-                wheres += picked.column("sample").to_pylist()
-        if not values or schema is None:
-            return
-        shares, quarantined = split_records(values, bucket_ids)
-        out: dict[str, list[Any]] = {name: [] for name in schema.names}
-        for bucket_id, share in shares.items():
-            for name, value in (("bucket", bucket_id), ("kind", BATCH), ("sample", None), ("batch", share)):
-                out[name].append(value)
-        for index, reason, entry in quarantined:
-            where = json.loads(wheres[index])
-            raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
-            quarantine = {"reason": reason, "partition": where["partition"], "offset": where["offset"], "raw": raw,
-                          "key": where["key"]}
-            for name, value in (("bucket", bucket_ids[where["partition"] % len(bucket_ids)]),
-                                ("kind", QUARANTINED), ("sample", json.dumps(quarantine)), ("batch", None)):
-                out[name].append(value)
-        rows_out = len(out["kind"])
-        out["sample_time_ms"] = [None] * rows_out
-        out["cycle"] = [None] * rows_out
-        yield pa.RecordBatch.from_pydict(out, schema=schema)
-    return split
+:func:`streaming.parse.read_records`) one bucket's share of the batch records of one task."""
 
 
 # ------------------------------------------------------------------------------------------- the steady step

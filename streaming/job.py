@@ -1,7 +1,7 @@
 """The Spark Structured Streaming job, wired: samples topic -> parse and validate -> bucketed state -> sinks.
 
-One query, ``replmon-state``, reads the samples topic (:mod:`streaming.source`) and parses each record once
-(:mod:`streaming.parse`):
+One query, ``replmon-state``, reads the samples topic (:mod:`streaming.source`) and validates each record once
+against the sample models, in the read stage's Python workers (:mod:`streaming.parse`):
 
 * valid samples, hashed into state buckets (:mod:`streaming.buckets`), go through
   :class:`streaming.processor.ReplicationProcessor` (transformWithStateInPandas, RocksDB state store,
@@ -30,7 +30,7 @@ from streaming.batch import STOP_BATCH_WAIT_S, STOP_POLL_S, BatchGate, JobStats,
 from streaming.buckets import resolve_layout
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
-from streaming.parse import parse_samples, processor_input
+from streaming.parse import processor_input
 from streaming.processor import OUTPUT_SCHEMA, ReplicationProcessor
 from streaming.pyspark_hooks import quiet_stop_noise
 from streaming.reshard import QueryLog, seed_state
@@ -103,12 +103,11 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     port = exporter.serve(stream.metrics_host, stream.metrics_port)
     stats = JobStats()
     spark.streams.addListener(ProgressListener(exporter))
-    parsed = parse_samples(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
     gate = BatchGate()
     state_handler = StateBatchHandler(config, exporter, stats, gate, spark, layout.query, replaced)
     processor = ReplicationProcessor(DetectConfig.from_stream_config(stream), stream.series_budget)
     exporter.new_run()
-    processed = (processor_input(parsed, layout.bucket_ids)
+    processed = (processor_input(kafka_source(spark, config, starting_offsets), layout.bucket_ids)
                  .groupBy("bucket")
                  .transformWithStateInPandas(statefulProcessor=processor, outputStructType=OUTPUT_SCHEMA,
                                              outputMode="Append", timeMode="ProcessingTime", initialState=seed))

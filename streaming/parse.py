@@ -1,191 +1,210 @@
-"""Parsing and validation of the samples topic's records, in Spark: each Kafka record to one row with its verdict
-(``reason``, null when valid), its parsed sample as the processor takes it and its state bucket; and the rows the
-processor takes (valid partition and replica samples, and every bad record with what the quarantine keeps).
+"""The samples topic's records to the processor's input, in the Python workers of the read stage: each JSON record
+validated by the pydantic models themselves (:data:`SAMPLES`, strict, the one definition of a sample) and given
+its state bucket; each batch record split by bucket (:mod:`streaming.batches`); every record or entry that fails
+a check quarantined with its reason (:func:`judge`). The job never dies on bad input.
 
-The checks derive from the pydantic models of :mod:`replmon.contracts.samples` (:mod:`streaming.schema`): nothing
-here spells a field out. The job never dies on bad input: a record that fails is quarantined with its reason.
+Spark's plan for the stage is the Kafka source and one ``mapInArrow`` (:func:`processor_input`): the checks are not
+Spark expressions. Derived as SQL from the models they were ~2,800 expressions that every micro-batch planned and
+every read task deserialized, batch records included, which need none of them (docs/benchmarks.md, "Streaming
+job").
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Annotated, Any, NamedTuple
 
 import pandas as pd
-from pyspark.sql import Column, DataFrame
-from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, MapType, StringType
+import pyarrow as pa
+from pydantic import Field, TypeAdapter, ValidationError
+from pydantic_core import from_json
+from pyspark.sql import DataFrame
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import BinaryType, DataType, IntegerType, LongType, StringType, StructField, StructType
 
 from replmon.contracts.batches import IPC_MARKER
 from replmon.contracts.samples import (
-    BROKER_CHANGE_SCHEMA,
-    PARTITION_CHANGE_SCHEMA,
-    PARTITION_SCHEMA,
-    REPLICA_SCHEMA,
+    INT64_MAX,
     SAMPLE_MODELS,
-    SampleModel,
+    BrokerChange,
+    PartitionChange,
+    PartitionSample,
+    ReplicaSample,
+    Sample,
+    to_json,
 )
-from streaming import schema
-from streaming.batches import split_rows
-from streaming.processor import BATCH, PROCESSOR_INPUT, QUARANTINED
+from streaming.batches import BATCH, QUARANTINED, bucket_of, split_records
+from streaming.processor import PROCESSOR_INPUT
+from streaming.schema import (
+    BAD_LENGTH,
+    INVALID_UTF8,
+    MALFORMED_JSON,
+    MISSING_FIELD,
+    OUT_OF_RANGE,
+    UNKNOWN_FIELD,
+    UNKNOWN_SCHEMA,
+    WRONG_TYPE,
+)
 
-SAMPLE_STRUCT = schema.union_struct(*SAMPLE_MODELS.values())
-"""Every field of the sample models: any record is parsed once, whatever its kind."""
-KEYED = (PARTITION_SCHEMA, REPLICA_SCHEMA, PARTITION_CHANGE_SCHEMA, BROKER_CHANGE_SCHEMA)
-"""The kinds of record the processor takes, each to one state bucket: those of a partition (to its bucket) and a
-cluster's broker changes (no topic, no partition: to the bucket of the cluster's name)."""
-TOP_LEVEL = ArrayType(MapType(StringType(), StringType())).simpleString()
-"""A record wrapped in ``[...]``, parsed as a list of objects whose fields are raw JSON text (null for JSON
-null): one parse tells every field's presence, and that the record is exactly one JSON object (Spark's parser
-stops after the first value; inside brackets, anything after it breaks the array)."""
-STRICT_JSON = {"allowSingleQuotes": "false", "allowNonNumericNumbers": "false"}
-"""Spark's JSON parser held to standard JSON (its other leniencies are off by default): a single-quoted record or
-NaN is malformed, not read as if it were JSON."""
-CANONICAL_JSON = {"ignoreNullFields": "false"}
-"""Spark's to_json written like the collectors' pydantic ``to_json``: every field, nulls included."""
-
-Model = SampleModel
-
-
-def _violations(model: Model, parsed: schema.Sql, fields: schema.Sql | None) -> list[tuple[schema.Sql, str]]:
-    """:func:`streaming.schema.violations`, with each field's raw JSON looked up in ``fields`` (the record parsed
-    once as a map) instead of one ``get_json_object`` per field, each of which re-parses the whole record.
-    Without ``fields`` (a record known to hold every field of the model, see :func:`_canonical`), a null field
-    is a missing one."""
-    return schema.violations(model, parsed, None if fields is None else fields.getItem)
-
-
-def _first_violation(model: Model, parsed: schema.Sql, fields_sql: schema.Sql, fields: Column) -> Column:
-    """The reason of the first failed check, else ``unknown_field:<name>`` for a field the model does not have
-    (its models forbid extra fields), else null. ``fields`` and ``fields_sql``: the same map of raw fields."""
-    known = F.array(*[F.lit(schema.json_name(n, f)) for n, f in model.model_fields.items()])
-    unknown = F.array_except(F.map_keys(fields), known)
-    return F.coalesce(schema.column(schema.first_violation(_violations(model, parsed, fields_sql))),
-                      F.when(F.size(unknown) > 0, F.concat(F.lit(f"{schema.UNKNOWN_FIELD}:"), F.array_min(unknown))))
-
-
-def _as_model(sample: Column, model: Model) -> Column:
-    """The union-parsed record as ``model``'s struct (its fields, in its order)."""
-    return F.struct(*[sample[schema.json_name(n, f)].alias(schema.json_name(n, f)) for n, f in
-                      model.model_fields.items()])
-
-
-def _canonical(written: Column, raw: Column) -> Column:
-    """The record is exactly what the collectors write (pydantic ``to_json``: compact, every field, nulls
-    included), ``written`` being its parse written back: one JSON object, nothing after it, no field the model
-    lacks, none missing. Such a record needs no map parse: the checks on the parse alone give its reason."""
-    return written == raw
-
-
-def _once(expression: Column) -> Column:
-    """``expression``, made nondeterministic (spark_partition_id() is never negative, but the optimizer cannot
-    know), so that it is evaluated once per row where it is projected. The filter on ``reason``
-    (:func:`processor_input`) is otherwise pushed below the projections with the expressions it reads inlined:
-    every reference to a parsed record replaced by its from_json, which parsed each record hundreds of times
-    (~20x slower), and the ~2,800 expressions of ``reason`` itself, which Spark then generated Java code for a
-    second time in every task (the checks of list items keep these projections out of whole-stage code
-    generation; ~10% of the read stage's CPU: docs/benchmarks.md, "Streaming job")."""
-    return F.when(F.spark_partition_id() >= 0, expression)
-
-
-def parse_samples(raw: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
-    """Kafka records -> one row per record: ``reason`` (null when valid), ``kind`` ('p', 'r', 'm', 'b', 'c'), the parsed
-    samples ``p``/``r`` and, as the processor takes it, ``sample``: that parse written back as the collectors
-    write it (compact JSON, nulls included; for a record written that way, the record itself), the state
-    ``bucket`` (one of ``bucket_ids``: :mod:`streaming.buckets`), and what the quarantine needs (raw value, key,
-    offset).
-
-    Two paths, one verdict. Every record is parsed once (``SAMPLE_STRUCT``). A record written the way the
-    collectors write (:func:`_canonical`) is judged by the checks on that parse alone; any other record (other
-    formatting, a field missing or extra, trailing content, not JSON) is parsed a second time as a map of raw
-    fields, which tells a missing field from one of the wrong type and finds extra fields
-    (docs/benchmarks.md, "Streaming job": the second parse on every record halved the throughput)."""
-    batch_record = F.substring(F.col("value"), 1, len(IPC_MARKER)) == F.lit(bytearray(IPC_MARKER))
-    text = F.col("value").cast("string")
-    # JSON is UTF-8: a record that is not goes to the quarantine with its bad bytes replaced (U+FFFD), and
-    # nothing downstream ever sees an invalid string (Arrow refuses one, failing the whole micro-batch). A batch
-    # record is binary, read by the split (streaming.batches): neither its text nor its UTF-8 check is made (both
-    # scan the whole value; they were ~45% of the read tasks' JVM CPU with batches of ~1,500 samples)
-    value = F.when(~batch_record, F.make_valid_utf8(text))
-    rows = raw.select(value.alias("raw"), F.col("key"), F.col("partition"), F.col("offset"),
-                      _once(F.when(~batch_record, F.from_json(value, SAMPLE_STRUCT, STRICT_JSON))).alias("u"),
-                      F.when(~batch_record, F.is_valid_utf8(text)).alias("utf8"),
-                      F.coalesce(batch_record, F.lit(False)).alias("batched"),
-                      F.when(batch_record, F.col("value")).alias("batch"))
-    name = F.col("u")["schema"]
-    models = {s: F.when(name == s, _as_model(F.col("u"), m)) for s, m in SAMPLE_MODELS.items()}
-    rows = rows.select("*", *[col.alias(f"m{i}") for i, col in enumerate(models.values())])
-    parsed = {s: F.col(f"m{i}") for i, s in enumerate(models)}
-    parsed_sql = {s: schema.Sql(f"m{i}") for i, s in enumerate(models)}
-    rows = rows.select("*", *[_once(F.to_json(parsed[s], CANONICAL_JSON)).alias(f"j{i}")
-                              for i, s in enumerate(models)])
-    written = {s: F.col(f"j{i}") for i, s in enumerate(models)}
-
-    fast = F.col("utf8") & F.coalesce(*[
-        F.when(name == s, _canonical(written[s], F.col("raw"))
-               & schema.column(schema.first_violation(_violations(m, parsed_sql[s], None))).isNull())
-        for s, m in SAMPLE_MODELS.items()], F.lit(False))
-    rows = rows.select("*", _once(fast).alias("fast"))
-    wrapped = F.from_json(F.concat(F.lit("["), F.col("raw"), F.lit("]")), TOP_LEVEL, STRICT_JSON)
-    rows = rows.select("*", _once(F.when(~F.col("fast") & ~F.col("batched"), wrapped)).alias("wrapped"))
-    fields_sql = schema.Sql("CASE WHEN (size(wrapped) = 1) THEN wrapped[0] END")
-    fields = schema.column(fields_sql)
-    slow_name = fields["schema"]
-    slow: Column = (
-        F.when(F.col("raw").isNull(), F.lit(schema.MALFORMED_JSON))
-        .when(~F.col("utf8"), F.lit(schema.INVALID_UTF8))
-        .when(fields.isNull(), F.lit(schema.MALFORMED_JSON))
-        .when(slow_name.isNull() | ~slow_name.isin(*SAMPLE_MODELS), F.lit(schema.UNKNOWN_SCHEMA))
-    )
-    for s, m in SAMPLE_MODELS.items():
-        slow = slow.when(slow_name == s, F.coalesce(schema.text_not_string(m, F.col("raw")),
-                                                    _first_violation(m, parsed_sql[s], fields_sql, fields)))
-    reason = F.when(F.col("fast") | F.col("batched"), F.lit(None).cast("string")).otherwise(slow)
-    kind = (F.when(F.col("batched"), F.lit(BATCH))
-            .when(name == PARTITION_SCHEMA, F.lit("p"))
-            .when(name == REPLICA_SCHEMA, F.lit("r"))
-            .when(name == PARTITION_CHANGE_SCHEMA, F.lit("m"))
-            .when(name == BROKER_CHANGE_SCHEMA, F.lit("b")).otherwise(F.lit("c")))
-
-    def either(field_name: str) -> Column:
-        return F.when(name.isin(*KEYED), F.col("u")[field_name])
-
-    key = F.concat_ws("/", either("cluster"), either("topic"), either("partition").cast("string"))
-    # a partition change is ordered among the samples by the controller's time, and among its kind by its offset
-    time_ms = F.coalesce(either("sample_time_ms"), either("append_time_ms"))
-    return rows.select(
-        "raw", "key", "partition", "offset", parsed[PARTITION_SCHEMA].alias("p"),
-        parsed[REPLICA_SCHEMA].alias("r"),
-        F.coalesce(*[written[s] for s in KEYED]).alias("sample"),
-        _once(reason).alias("reason"), kind.alias("kind"),
-        F.element_at(F.array(*map(F.lit, bucket_ids)),
-                     (F.pmod(F.xxhash64(key), F.lit(len(bucket_ids))) + 1).cast("int")).alias("bucket"),
-        time_ms.alias("sample_time_ms"), F.coalesce(either("cycle"), either("metadata_offset")).alias("cycle"),
-        "batch",
-    )
-
-
+SAMPLES: TypeAdapter[Sample] = TypeAdapter(Annotated[Sample, Field(discriminator="schema_")])
+"""Every sample model, chosen by the record's ``schema``: one parse and validation of a JSON record whatever its
+kind. Validated strictly, as JSON is typed: ``"topic": 12345`` is not the topic "12345", nor ``"cycle": "7"`` the
+cycle 7."""
+KINDS: dict[type, str] = {PartitionSample: "p", ReplicaSample: "r", PartitionChange: "m", BrokerChange: "b"}
+"""The processor's kinds of record, by model (a cycle sample has none: nothing downstream reads it)."""
+_INPUT_TYPES: dict[str, DataType] = {"bucket": IntegerType(), "kind": StringType(), "sample": StringType(),
+                                     "sample_time_ms": LongType(), "cycle": LongType(), "batch": BinaryType()}
+INPUT_SCHEMA = StructType([StructField(name, _INPUT_TYPES[name], nullable=name != "bucket")
+                           for name in PROCESSOR_INPUT])
+"""The processor's input rows (:data:`streaming.processor.PROCESSOR_INPUT`). The bucket is the state's key: its
+type, never null, is part of the state store's key schema, which a checkpoint records and Spark holds every later
+version of the query to."""
+ARROW_INPUT = to_arrow_schema(INPUT_SCHEMA)
 QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
 """What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64)."""
+QUARANTINE_VALUE_MAX_BYTES = 48_000
+"""How much of a batch record that cannot be read the quarantine keeps (base64: 64 kB of text)."""
+
+_RANGE = {"greater_than_equal", "greater_than", "less_than_equal", "less_than"}
+_LENGTH = {"too_short", "too_long", "string_too_short", "string_too_long"}
+_NOT_AN_OBJECT = {"model_type", "dict_type", "model_attributes_type"}
+_NO_SCHEMA = {"union_tag_not_found", "union_tag_invalid"}
 
 
-def processor_input(parsed: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
-    """The rows of :func:`parse_samples` the processor takes, in its columns: valid partition and replica
-    samples, partition and broker changes, each batch record's shares per state bucket
-    (:func:`streaming.batches.split_rows`: its bad entries, or the whole record when it cannot be read, quarantined
-    there), and every bad record as kind :data:`~streaming.processor.QUARANTINED` with its quarantine fields as
-    ``sample``. (A valid cycle sample is neither: nothing downstream reads it.)"""
-    bad = F.col("reason").isNotNull()
-    key = F.base64("key").alias("key")
-    quarantined = F.to_json(F.struct(*QUARANTINE_FIELDS[:-1], key), CANONICAL_JSON)
-    where = F.to_json(F.struct("partition", "offset", key), CANONICAL_JSON)  # a batch's, for its quarantine
-    rows = (parsed.filter(bad | F.col("kind").isin("p", "r", "m", "b", BATCH))
-            .withColumns({"kind": F.when(bad, F.lit(QUARANTINED)).otherwise(F.col("kind")),
-                          "sample": (F.when(bad, quarantined).when(F.col("kind") == BATCH, where)
-                                     .otherwise(F.col("sample")))})
-            .select(*PROCESSOR_INPUT))
-    return rows.mapInArrow(split_rows(list(bucket_ids)), rows.schema)
+class Verdict(NamedTuple):
+    """A JSON record judged: its quarantine reason, or the sample it holds."""
+
+    reason: str | None
+    sample: Sample | None
+
+
+def judge(value: bytes | None) -> Verdict:
+    """The record as a sample (:data:`SAMPLES`), or the reason it is quarantined with: ``<kind>`` or
+    ``<kind>:<field>`` (:data:`streaming.schema.QUARANTINE_REASONS`; a field inside a list as ``isr[]`` or
+    ``replica_offsets[].log_end_offset``), the first failed check in the model's field order."""
+    if value is None:
+        return Verdict(MALFORMED_JSON, None)
+    try:
+        return Verdict(None, SAMPLES.validate_json(value, strict=True))
+    except ValidationError as exc:
+        return Verdict(_reason(value, exc), None)
+
+
+def _reason(value: bytes, exc: ValidationError) -> str:
+    try:
+        value.decode()
+    except UnicodeDecodeError:
+        return INVALID_UTF8
+    try:
+        from_json(value, allow_inf_nan=False)  # standard JSON: NaN and Infinity are not (the validator reads them)
+    except ValueError:
+        return MALFORMED_JSON
+    error = exc.errors(include_url=False, include_context=False)[0]
+    kind, loc, given = error["type"], error["loc"], error.get("input")
+    if kind == "json_invalid" or (kind in _NOT_AN_OBJECT and not loc):
+        return MALFORMED_JSON
+    if kind in _NO_SCHEMA:
+        return UNKNOWN_SCHEMA
+    where = _where(loc[1:] if loc and loc[0] in SAMPLE_MODELS else loc)
+    if kind == "extra_forbidden":
+        return f"{UNKNOWN_FIELD}:{where}"
+    if kind == "missing" or given is None:
+        return f"{MISSING_FIELD}:{where}"  # a required field given null is missing
+    if kind in _RANGE:
+        # a number no 64-bit integer holds is not of the field's type (every integer of a record is 64 bits at
+        # most: the batches' Arrow columns, the state's arrays)
+        outside = isinstance(given, int) and not -INT64_MAX - 1 <= given <= INT64_MAX
+        return f"{WRONG_TYPE if outside else OUT_OF_RANGE}:{where}"
+    if kind in _LENGTH:
+        return f"{BAD_LENGTH}:{where}"
+    return f"{WRONG_TYPE}:{where}"
+
+
+def _where(loc: Sequence[int | str]) -> str:
+    """A field's path as the reasons name it: ``replica_offsets[].log_end_offset`` for pydantic's
+    ``('replica_offsets', 0, 'log_end_offset')``."""
+    out = ""
+    for part in loc:
+        out += "[]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _key(sample: Sample) -> str:
+    """The state key a sample hashes by: ``cluster/topic/partition``, a cluster's broker changes by its name."""
+    if isinstance(sample, BrokerChange):
+        return sample.cluster
+    return f"{sample.cluster}/{sample.topic}/{sample.partition}"  # type: ignore[union-attr]
+
+
+def _order(sample: Sample) -> tuple[int, int]:
+    """Where the sample goes in time order: a metadata-log change by the controller's time and its offset."""
+    if isinstance(sample, (PartitionChange, BrokerChange)):
+        return sample.append_time_ms, sample.metadata_offset
+    return sample.sample_time_ms, sample.cycle
+
+
+def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Kafka records (``key``, ``value``, ``partition``, ``offset``) -> the processor's input rows
+    (:data:`INPUT_SCHEMA`, ``mapInArrow``): a row per valid JSON sample the processor takes (its ``sample`` as the
+    collectors write it, whatever the record's spacing), a row per bucket the task's batch records reach (one IPC
+    stream of their valid entries: :func:`streaming.batches.split_records`), a row of kind
+    :data:`~streaming.batches.QUARANTINED` per bad record or entry, with what the quarantine keeps as its
+    ``sample``."""
+    ids = list(bucket_ids)
+
+    def json_row(key: bytes | None, value: bytes | None, partition: int, offset: int) -> tuple[Any, ...] | None:
+        reason, sample = judge(value)
+        if sample is None:
+            raw = None if value is None else value.decode(errors="replace")
+            return quarantine(str(reason), partition, offset, raw, key)
+        kind = KINDS.get(type(sample))
+        if kind is None:
+            return None
+        time_ms, cycle = _order(sample)
+        return bucket_of(_key(sample), ids), kind, to_json(sample).decode(), time_ms, cycle, None
+
+    def quarantine(reason: str, partition: int, offset: int, raw: str | None, key: bytes | None) -> tuple[Any, ...]:
+        kept = json.dumps({"reason": reason, "partition": partition, "offset": offset, "raw": raw,
+                           "key": None if key is None else base64.b64encode(key).decode()})
+        return ids[partition % len(ids)], QUARANTINED, kept, None, None, None  # any bucket: spread by partition
+
+    def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        values: list[bytes] = []
+        wheres: list[tuple[int, int, bytes | None]] = []
+        for records in batches:
+            rows: list[tuple[Any, ...]] = []
+            columns = [records.column(name).to_pylist() for name in ("key", "value", "partition", "offset")]
+            for key, value, partition, offset in zip(*columns, strict=True):
+                if value is not None and value[:len(IPC_MARKER)] == IPC_MARKER:
+                    values.append(value)
+                    wheres.append((partition, offset, key))
+                elif (row := json_row(key, value, partition, offset)) is not None:
+                    rows.append(row)
+            if rows:
+                yield _batch(rows)
+        if not values:
+            return
+        shares, quarantined = split_records(values, ids)
+        rows = [(bucket_id, BATCH, None, None, None, share) for bucket_id, share in shares.items()]
+        for index, reason, entry in quarantined:
+            partition, offset, key = wheres[index]
+            raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
+            rows.append(quarantine(reason, partition, offset, raw, key))
+        yield _batch(rows)
+    return read
+
+
+def _batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays([pa.array(list(column), field.type) for column, field in
+                                       zip(zip(*rows, strict=True), ARROW_INPUT, strict=True)], schema=ARROW_INPUT)
+
+
+def processor_input(records: DataFrame, bucket_ids: Sequence[int]) -> DataFrame:
+    """The Kafka source's records as the processor's input rows (:func:`read_records`)."""
+    kafka = records.select("key", "value", "partition", "offset")
+    return kafka.mapInArrow(read_records(bucket_ids), INPUT_SCHEMA)
 
 
 def quarantined_records(payloads: list[str]) -> pd.DataFrame:
@@ -193,3 +212,4 @@ def quarantined_records(payloads: list[str]) -> pd.DataFrame:
     bad = pd.DataFrame([json.loads(p) for p in payloads], columns=list(QUARANTINE_FIELDS))
     bad["key"] = [None if k is None else base64.b64decode(k) for k in bad["key"]]
     return bad
+

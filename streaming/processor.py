@@ -369,7 +369,7 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
 
 
 def _order(s: dict[str, Any]) -> tuple[int, int]:
-    """Where a record goes in time order, as :func:`streaming.parse.parse_samples` sets its columns."""
+    """Where a record goes in time order, as :func:`streaming.parse.read_records` sets its columns."""
     if "append_time_ms" in s:
         return s["append_time_ms"], s["metadata_offset"]
     return s["sample_time_ms"], s["cycle"]

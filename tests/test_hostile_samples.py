@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import types
 from collections import Counter
 from dataclasses import dataclass
@@ -46,6 +47,12 @@ VALID = 30
 MAX_MESSAGE_BYTES = 1_048_588
 """The samples topic's max.message.bytes (Kafka's default: the topic is created without one)."""
 CLUSTER = "hostile"
+INT64_MAX = 2**63 - 1
+MAX_DIGITS = sys.int_info.default_max_str_digits
+"""The most digits the job's JSON parser (pydantic-core's) reads in a number: Python's own default, 4,300."""
+MAX_DEPTH = 200
+"""The deepest nesting the job's JSON parser (pydantic-core's, jiter) reads: its recursion limit, 200 arrays deep in a
+record."""
 
 
 @dataclass(frozen=True)
@@ -75,8 +82,8 @@ def base(model: type[BaseModel], i: int = 0) -> dict[str, Any]:
 
 
 def encode(data: Any) -> bytes:
-    # compact, as the collectors write: a record with only its values wrong is then judged without the map parse
-    # (streaming.parse._canonical); NaN and Infinity are written as such: not JSON (malformed), but seen on the wire
+    # compact, as the collectors write; NaN and Infinity are written as such: not JSON (malformed), but seen on the
+    # wire
     return json.dumps(data, separators=(",", ":")).encode()
 
 
@@ -175,7 +182,7 @@ def wrong_type(draw: st.DrawFn) -> Hostile:
 
 @st.composite
 def text_not_string(draw: st.DrawFn) -> Hostile:
-    """A string field given another JSON value: Spark would read it as text (a phantom topic named 12345)."""
+    """A string field given another JSON value: read as its text, it would be a phantom topic named 12345."""
     model = draw(models)
     spec = draw(st.sampled_from([f for f in fields_of(model) if f.kind == "str"]))
     data = base(model)
@@ -192,21 +199,22 @@ def out_of_range(draw: st.DrawFn) -> Hostile:
     choices = []
     if spec.ge is not None:
         choices.append(st.integers(-(2**63), spec.ge - 1))  # negative offsets, epochs below -1...
-    if spec.le is not None:
-        choices.append(st.integers(spec.le + 1, 2**63 - 1))
+    if spec.le is not None and spec.le < INT64_MAX:
+        choices.append(st.integers(spec.le + 1, INT64_MAX))
     data[spec.name] = draw(st.one_of(*choices))
     return Hostile(f"{spec.name}={data[spec.name]}", draw(keys), encode(data), f"out_of_range:{spec.name}")
 
 
 @st.composite
 def huge_int(draw: st.DrawFn) -> Hostile:
-    """Integers past 64 bits: a type error; past Jackson's 1000 digits: the record does not parse at all."""
+    """Integers past 64 bits: a type error; past the JSON parser's limit on a number's digits (pydantic-core's,
+    Python's own default limit on an integer's text): the record does not parse at all."""
     model = draw(models)
     spec = draw(st.sampled_from([f for f in fields_of(model) if f.kind == "int"]))
-    digits = draw(st.sampled_from([20, 40, 300, 1001, 5000]))
+    digits = draw(st.sampled_from([20, 40, 300, 1001, MAX_DIGITS, MAX_DIGITS + 1, 5000]))
     data = {**base(model), spec.name: "HUGE"}
     raw = encode(data).replace(b'"HUGE"', b"9" * digits)  # past Python's own int-to-text limit too
-    reason = f"wrong_type:{spec.name}" if digits <= 1000 else "malformed_json"
+    reason = f"wrong_type:{spec.name}" if digits <= MAX_DIGITS else "malformed_json"
     return Hostile(f"{spec.name} with {digits} digits", draw(keys), raw, reason)
 
 
@@ -267,11 +275,12 @@ def invalid_utf8(draw: st.DrawFn) -> Hostile:
 
 @st.composite
 def deep(draw: st.DrawFn) -> Hostile:
-    """Nesting in an extra field: a field the models do not have; past Jackson's depth limit, no parse."""
-    depth = draw(st.sampled_from([10, 300, 900, 1500, 20_000]))
+    """Nesting in an extra field: a field the models do not have; past the JSON parser's depth limit
+    (pydantic-core's), no parse."""
+    depth = draw(st.sampled_from([10, MAX_DEPTH, MAX_DEPTH + 1, 300, 1500, 20_000]))
     raw = encode(base(draw(models)))
     raw = raw[:-1] + b', "nested": ' + b"[" * depth + b"]" * depth + b"}"
-    reason = "unknown_field:nested" if depth < 1000 else "malformed_json"
+    reason = "unknown_field:nested" if depth <= MAX_DEPTH else "malformed_json"
     return Hostile(f"nested {depth} deep", draw(keys), raw, reason)
 
 

@@ -30,7 +30,7 @@ def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:
     assert conf[MANAGER] == FILESYSTEM_CHECKPOINT_MANAGER
     assert conf["spark.jars.packages"] == KAFKA_CONNECTOR
     assert "spark.archives" not in conf  # the executors are this process's
-    assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"  # interpreted projections (the parse's checks)
+    assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"  # interpreted projections (measured faster)
     # the operator's setting wins: Spark's default code generation back
     fallback = spark_conf(StreamConfig(spark_conf={"spark.sql.codegen.factoryMode": "FALLBACK"}))
     assert fallback["spark.sql.codegen.factoryMode"] == "FALLBACK"

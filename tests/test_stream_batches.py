@@ -28,7 +28,7 @@ from streaming.batches import (
     split_batch,
     split_records,
 )
-from streaming.parse import parse_samples, processor_input
+from streaming.parse import judge, processor_input
 
 KAFKA_RECORD = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
                            StructField("partition", IntegerType()), StructField("offset", LongType())])
@@ -84,6 +84,8 @@ def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() 
                                     "bad_length:topic", "out_of_range:high_watermark", None, None, None, None]
     shares, quarantined = split_batch(encode_batch([good[0], *bad, *good[1:]]), list(range(4)))
     assert [reason for reason, _ in quarantined] == entry_reasons(table)[1:8]
+    # the entry as the quarantine keeps it, a JSON record, gets the same reason from the models
+    assert [judge(entry.encode()).reason for _, entry in quarantined] == entry_reasons(table)[1:8]
     assert json.loads(quarantined[0][1])["partition"] == -1 and json.loads(quarantined[0][1])["schema"] == \
         "partition/v1"
     kept = [e for share in shares.values() for e in entries(share)]
@@ -138,7 +140,7 @@ def test_the_processor_input_holds_each_batch_split_by_bucket_beside_the_json_re
     keys = [b"prod/#1", b"prod/orders/20", b"prod/#2", b"prod/#3"]
     rows = [(k, v, 4, 100 + i) for i, (k, v) in enumerate(zip(keys, values, strict=True))]
     bucket_ids = [3, 5, 8, 13]
-    taken = processor_input(parse_samples(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids), bucket_ids).collect()
+    taken = processor_input(spark.createDataFrame(rows, KAFKA_RECORD), bucket_ids).collect()
     shares = [r for r in taken if r["kind"] == BATCH]
     got = {e["partition"]: (r["bucket"], e) for r in shares for e in entries(read_batch(bytes(r["batch"])))}
     json_rows = [r for r in taken if r["kind"] == "p"]

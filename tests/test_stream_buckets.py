@@ -14,9 +14,9 @@ from pyspark.sql import functions as F
 
 from replmon.core.errors import ReplmonError
 from streaming.buckets import LAYOUT_FILE, BucketLayout, balanced_ids, resolve_layout
-from streaming.parse import parse_samples
+from streaming.parse import processor_input
 from streaming.storage import HadoopDirectory
-from tests.test_stream_parsing import KAFKA_RECORD
+from tests.test_stream_parsing import KAFKA_RECORD, partition_sample
 
 
 def test_balanced_ids_take_the_smallest_ids_of_each_task_in_turn() -> None:
@@ -57,13 +57,16 @@ def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tas
     # recorded: the same on restart
     assert resolve_layout(two_tasks, checkpoint, 32) == layout
     # the job's parse sends every partition to one of the layout's ids, each partition always to the same one
-    rows = [(f"c/t/{p}".encode(), json.dumps({"schema": "partition/v1", "cluster": "c", "topic": "t",
-                                              "partition": p}).encode(), 0, p) for p in range(2000)]
-    parsed = parse_samples(two_tasks.createDataFrame(rows, KAFKA_RECORD), layout.bucket_ids)
-    buckets = {row["offset"]: row["bucket"] for row in parsed.select("offset", "bucket").collect()}
-    assert set(buckets.values()) == set(layout.bucket_ids)
-    again = parse_samples(two_tasks.createDataFrame(rows, KAFKA_RECORD), layout.bucket_ids)
-    assert {row["offset"]: row["bucket"] for row in again.select("offset", "bucket").collect()} == buckets
+    rows = [(f"c/t/{p}".encode(), json.dumps(partition_sample(cluster="c", topic="t", partition=p)).encode(), 0, p)
+            for p in range(2000)]
+
+    def buckets() -> dict[int, int]:
+        taken = processor_input(two_tasks.createDataFrame(rows, KAFKA_RECORD), layout.bucket_ids)
+        return {json.loads(row["sample"])["partition"]: row["bucket"] for row in taken.collect()}
+
+    first = buckets()
+    assert sorted(first) == list(range(2000)) and set(first.values()) == set(layout.bucket_ids)
+    assert buckets() == first
 
 
 @pytest.mark.spark

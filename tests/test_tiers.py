@@ -36,7 +36,7 @@ def test_a_pure_test_cannot_start_a_spark_session() -> None:
 
 def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
     """tests/test_stream_parsing.py's Spark tests carry no marker of their own: the pure tier selects only its
-    test that uses no Spark session, and the spark tier the others."""
+    tests that use no Spark session, and the spark tier the others."""
     def selected(expression: str) -> set[str]:
         out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
                               "-m", expression, "tests/test_stream_parsing.py"], capture_output=True, text=True,
@@ -44,6 +44,9 @@ def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
         return {line.split("::")[1] for line in out.stdout.splitlines() if "::" in line}
 
     pure = selected(PURE)
-    assert pure == {"test_spark_schema_has_every_field_of_the_models"}
+    uses_spark = {"test_valid_samples_pass_as_the_collectors_write_them",
+                  "test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarantine_keeps",
+                  "test_the_read_stage_plans_no_checks"}
+    assert "test_bad_records_get_their_reason" in pure and not uses_spark & pure
     spark = selected("spark")
-    assert len(spark) >= 8 and not spark & pure
+    assert spark == uses_spark

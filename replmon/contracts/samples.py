@@ -1,8 +1,8 @@
 """The sample records the collectors publish to the samples topic: defined here once.
 
 Every record is one JSON object whose ``schema`` field names its kind and version. The streaming job derives
-its Spark schema and its validation from these models (``streaming.schema``); nothing else spells the fields
-out.
+its Spark schemas from these models (``streaming.schema``) and validates every JSON record with them
+(``streaming.parse``); nothing else spells the fields out.
 
 Offsets follow Kafka: ``log_end_offset`` is the offset of the next message a replica will write,
 ``high_watermark`` is the first offset not yet committed (consumers read below it).
@@ -20,12 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 MAX_OFFSET = 2**62
 """Anything above this is not an offset a real log can reach: such a sample is rejected."""
+INT64_MAX = 2**63 - 1
+"""Every integer of a record is 64 bits at most (Kafka's widest, and the batches' Arrow columns)."""
 
 Offset = Annotated[int, Field(ge=0, le=MAX_OFFSET)]
 BrokerId = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 Epoch = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 PartitionId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 TimeMs = Annotated[int, Field(ge=0, le=2**53)]
+Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 
 PARTITION_SCHEMA: Final = "partition/v1"
 REPLICA_SCHEMA: Final = "replica/v1"
@@ -90,7 +93,7 @@ class PartitionSample(_Record):
     """The watched cluster's name (``clusters[].name`` of the configuration)."""
     collector_id: str = Field(min_length=1, max_length=200)
     """Which collector sampled it (``collector.collector_id``, default the host name)."""
-    cycle: Annotated[int, Field(ge=0)]
+    cycle: Count
     """The collector's cycle number: with ``sample_time_ms`` it orders the samples of one partition."""
     sample_time_ms: TimeMs
     """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
@@ -128,7 +131,7 @@ class PartitionSample(_Record):
     """Every assigned replica's own log end offset, each as its broker answered."""
     epoch_lineage: list[EpochEntry] | None = None
     """The leader's lineage (leader epoch -> start offset), when the sampler fetched it this cycle."""
-    min_insync_replicas: Annotated[int, Field(ge=1)] | None = None
+    min_insync_replicas: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     """The topic's min.insync.replicas (re-read every ``collector.config_refresh_cycles`` cycles)."""
     unclean_leader_election: bool | None = None
     """The topic's unclean.leader.election.enable."""
@@ -145,7 +148,7 @@ class ReplicaSample(_Record):
     """The watched cluster's name (the configured cluster whose ``log_dirs`` hold this log dir)."""
     agent_id: str = Field(min_length=1, max_length=200)
     """Which agent read it (``<collector_id or host>/logdir-agent``)."""
-    cycle: Annotated[int, Field(ge=0)]
+    cycle: Count
     """The agent's cycle number: with ``sample_time_ms`` it orders the agent's readings of one replica."""
     sample_time_ms: TimeMs
     """Milliseconds since the epoch, on the agent's clock, when the scan started."""
@@ -171,7 +174,7 @@ class ReplicaSample(_Record):
     """The replica's leader-epoch-checkpoint: leader epoch -> start offset."""
     last_batch_leader_epoch: Epoch | None = None
     """partitionLeaderEpoch of the last complete batch of the active segment."""
-    size_bytes: Annotated[int, Field(ge=0)] = 0
+    size_bytes: Count = 0
     """The replica's segments' size on disk."""
     error: str | None = None
     """Why the replica could not be read (a damaged file, a segment rewritten while read, ...)."""
@@ -186,19 +189,19 @@ class CycleSample(_Record):
     """The watched cluster's name."""
     collector_id: str = Field(min_length=1, max_length=200)
     """Which collector ran the cycle."""
-    cycle: Annotated[int, Field(ge=0)]
+    cycle: Count
     """The cycle's number."""
     sample_time_ms: TimeMs
     """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
-    duration_ms: Annotated[int, Field(ge=0)]
+    duration_ms: Count
     """How long the cycle took."""
-    partitions: Annotated[int, Field(ge=0)]
+    partitions: Count
     """Partitions sampled."""
     brokers: list[BrokerId]
     """The cluster's brokers."""
     unreachable_brokers: list[BrokerId] = []
     """Brokers that did not answer in this cycle."""
-    requests: Annotated[int, Field(ge=0)] = 0
+    requests: Count = 0
     """Requests sent to the cluster in this cycle."""
     error: str | None = None
     """Why the cycle failed, when it did."""
@@ -364,8 +367,8 @@ def to_json(sample: Sample) -> bytes:
 
 
 def parse_sample(raw: bytes | str) -> Sample:
-    """Validate one JSON record (used by tests and by tools; the Spark job validates with derived
-    expressions instead, for speed)."""
+    """Validate one JSON record (used by tests and by tools; the Spark job judges records with
+    ``streaming.parse.judge``, strictly, and quarantines what fails)."""
     import json
 
     data = json.loads(raw)
