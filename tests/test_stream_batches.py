@@ -22,6 +22,7 @@ from streaming.batches import (
     MALFORMED_BATCH,
     OVERSIZED_BATCH,
     QUARANTINED,
+    bucket_of,
     buckets_of,
     entry_reasons,
     read_batch,
@@ -130,6 +131,8 @@ def test_entries_go_to_the_bucket_spark_hashes_their_key_to(spark: SparkSession)
     for buckets in (1, 7, 32, 256):
         expected = [r[0] for r in keys.select(F.pmod(F.xxhash64("key"), F.lit(buckets))).collect()]
         assert buckets_of(table, buckets).tolist() == expected
+        # a JSON record's key, hashed alone (streaming.parse), the same
+        assert [bucket_of(f"{s.cluster}/{s.topic}/{s.partition}", range(buckets)) for s in written] == expected
 
 
 def test_the_processor_input_holds_each_batch_split_by_bucket_beside_the_json_records(spark: SparkSession) -> None:
