@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import (
+    INT64_MAX,
     SAMPLE_MODELS,
     CycleSample,
     EpochEntry,
@@ -47,7 +48,6 @@ VALID = 30
 MAX_MESSAGE_BYTES = 1_048_588
 """The samples topic's max.message.bytes (Kafka's default: the topic is created without one)."""
 CLUSTER = "hostile"
-INT64_MAX = 2**63 - 1
 MAX_DIGITS = sys.int_info.default_max_str_digits
 """The most digits the job's JSON parser (pydantic-core's) reads in a number: Python's own default, 4,300."""
 MAX_DEPTH = 200
