@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -196,38 +197,78 @@ def _sample_text(partition: int) -> str:
     return to_json(sample).decode().replace("123456789", "%d").replace("987654321", "%d")
 
 
+def _sample_line(partition: int, cycle: int) -> str:
+    """A partition sample's JSON, sampled now; its high watermark is its cycle, so a partition row tells which
+    sample it came from."""
+    sample = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=int(time.time() * 1000),
+                             topic="t", partition=partition, leader=1, leader_epoch=0, replicas=[1], isr=[1],
+                             high_watermark=cycle, replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=cycle)])
+    return to_json(sample).decode()
+
+
 def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
-        spark: SparkSession, tmp_path: Any) -> None:
-    """The job's processor on a real query: one bucket, partition 0 sampled for ~1 s, partition 1 for ~3 s, then
-    silence. Each goes STALE once, 2 s after its last sample: the second needs the bucket's timer to have fired,
-    and registered the next one, several times without any sample arriving."""
+        spark: SparkSession, tmp_path: Path) -> None:
+    """The job's processor on a real query, fed by the test (files, one sample each): partitions 0 and 1 of one
+    bucket sampled once, then partition 1 alone until partition 0 has gone STALE, then silence. Partition 1 goes
+    STALE after its last sample, from a timer later than partition 0's: the bucket's timer fired, and registered
+    the next one, again and again, the last ones without any sample arriving. Partition 0 goes STALE once, however
+    many timers fire during its silence. (Partition 1 may also go STALE while fed, should a micro-batch stall for
+    longer than stale_after: staleness is the job's processing time, and that is a silence too.)"""
     cfg = DetectConfig(stale_after_ms=2000)  # a timer every second
-    rows = spark.readStream.format("rate").option("rowsPerSecond", 5).load().where("value < 15")
-    partition = F.when((F.col("value") < 6) & (F.col("value") % 2 == 0), 0).otherwise(1)
-    time_ms = (F.col("timestamp").cast("double") * 1000).cast("long")
-    text = F.when(partition == 0, F.format_string(_sample_text(0), "value", time_ms)).otherwise(
-        F.format_string(_sample_text(1), "value", time_ms))
-    samples = rows.select(F.lit(0).alias("bucket"), F.lit("p").alias("kind"), text.alias("sample"),
-                          time_ms.alias("sample_time_ms"), F.col("value").alias("cycle"))
+    feed, staging = tmp_path / "feed", tmp_path / "staging"
+    feed.mkdir()
+    staging.mkdir()
+    written: list[int] = []
+
+    def write(*lines: str) -> None:
+        name = f"{len(written):05d}.json"
+        (staging / name).write_text("\n".join(lines) + "\n")
+        os.rename(staging / name, feed / name)  # whole files only: the source lists the folder any time
+        written.append(len(lines))
+
+    def number(path: str) -> Any:
+        return F.get_json_object("value", path).cast("long")
+
+    write(_sample_line(0, 0), _sample_line(1, 0))
+    samples = spark.readStream.format("text").load(str(feed)).select(
+        F.lit(0).alias("bucket"), F.lit("p").alias("kind"), F.col("value").alias("sample"),
+        number("$.sample_time_ms").alias("sample_time_ms"), number("$.cycle").alias("cycle"))
     query = (samples.groupBy("bucket")
              .transformWithStateInPandas(ReplicationProcessor(cfg), OUTPUT_SCHEMA, "Append", "ProcessingTime")
              .writeStream.format("memory").queryName("stale_timers").outputMode("append")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="500 milliseconds")
              .start())
-    try:
-        def stale() -> list[int]:
-            assert query.exception() is None, query.exception()
-            return sorted(r[0] for r in spark.sql(
-                f"SELECT partition FROM stale_timers WHERE kind = '{KIND_EVENT}' AND event_type = 'STALE'").collect())
 
-        wait_until(lambda: stale() == [0, 1], 120, "STALE for both partitions")
+    def stale(partition: int) -> list[int]:
+        """The times of the partition's STALE events, in order."""
+        assert query.exception() is None, query.exception()
+        return sorted(r[0] for r in spark.sql(
+            f"SELECT sample_time_ms FROM stale_timers WHERE kind = '{KIND_EVENT}' AND event_type = 'STALE' "
+            f"AND partition = {partition}").collect())
+
+    def stale_after(partition: int, cycle: int) -> bool:
+        """Whether the partition went stale with the sample of ``cycle`` its newest."""
+        return bool(spark.sql(
+            f"SELECT 1 FROM stale_timers WHERE kind = '{KIND_PARTITION}' AND partition = {partition} AND stale "
+            f"AND high_watermark = {cycle}").collect())
+
+    def feed_partition_1() -> bool:
+        if stale(0):
+            return True
+        write(_sample_line(1, len(written)))
+        return False
+
+    try:
+        wait_until(feed_partition_1, 120, "STALE for partition 0 while partition 1 is sampled")
+        last_cycle = len(written) - 1
+        wait_until(lambda: stale_after(1, last_cycle), 120, f"STALE for partition 1 after its cycle {last_cycle}")
+        stale_0, stale_1 = stale(0), stale(1)
     finally:
         query.stop()
-    assert stale() == [0, 1]  # once each
-    last = {r[0]: r[1] for r in spark.sql(
-        f"SELECT partition, max(sample_time_ms) FROM stale_timers WHERE kind = '{KIND_PARTITION}' "
-        "AND NOT stale GROUP BY partition").collect()}
-    assert last[1] - last[0] >= 1000  # partition 1 was sampled for longer: its STALE came from a later timer
+    assert stale_after(0, 0)
+    assert len(stale_0) == 1, stale_0  # once for its one silence
+    assert last_cycle >= 2  # partition 1 was sampled after partition 0's last sample
+    assert stale_1 and stale_1[-1] > stale_0[0], (stale_0, stale_1)  # a later timer
 
 
 def test_the_job_health_gauges_carry_spark_s_progress_of_the_state_query(spark: SparkSession, tmp_path: Any) -> None:
