@@ -208,7 +208,7 @@ def _sample_line(partition: int, cycle: int) -> str:
 
 def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
         spark: SparkSession, tmp_path: Path) -> None:
-    """The job's processor on a real query, fed by the test (files, one sample each): partitions 0 and 1 of one
+    """The job's processor on a real query, fed by the test (a file per write): partitions 0 and 1 of one
     bucket sampled once, then partition 1 alone until partition 0 has gone STALE, then silence. Partition 1 goes
     STALE after its last sample, from a timer later than partition 0's: the bucket's timer fired, and registered
     the next one, again and again, the last ones without any sample arriving. Partition 0 goes STALE once, however
