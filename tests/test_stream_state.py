@@ -189,21 +189,24 @@ def test_a_reused_python_worker_s_collections_walk_only_what_its_last_task_creat
     assert walked < frozen / 4, runs  # what this task made so far
 
 
+def _sample_json(partition: int, cycle: int, sample_time_ms: int, high_watermark: int = 0) -> str:
+    """A partition sample's JSON (leader 1, the only replica, its log end offset the high watermark)."""
+    sample = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=sample_time_ms, topic="t",
+                             partition=partition, leader=1, leader_epoch=0, replicas=[1], isr=[1],
+                             high_watermark=high_watermark,
+                             replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=high_watermark)])
+    return to_json(sample).decode()
+
+
 def _sample_text(partition: int) -> str:
     """A partition sample's JSON with ``%d`` where its cycle and sample time go (filled in by Spark)."""
-    sample = PartitionSample(cluster="c", collector_id="x", cycle=123456789, sample_time_ms=987654321, topic="t",
-                             partition=partition, leader=1, leader_epoch=0, replicas=[1], isr=[1], high_watermark=0,
-                             replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=0)])
-    return to_json(sample).decode().replace("123456789", "%d").replace("987654321", "%d")
+    return _sample_json(partition, 123456789, 987654321).replace("123456789", "%d").replace("987654321", "%d")
 
 
 def _sample_line(partition: int, cycle: int) -> str:
     """A partition sample's JSON, sampled now; its high watermark is its cycle, so a partition row tells which
     sample it came from."""
-    sample = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=int(time.time() * 1000),
-                             topic="t", partition=partition, leader=1, leader_epoch=0, replicas=[1], isr=[1],
-                             high_watermark=cycle, replica_offsets=[ReplicaOffsets(broker_id=1, log_end_offset=cycle)])
-    return to_json(sample).decode()
+    return _sample_json(partition, cycle, int(time.time() * 1000), high_watermark=cycle)
 
 
 def test_the_staleness_timer_of_a_bucket_fires_again_and_again_without_samples(
