@@ -19,9 +19,8 @@ Steps, in microseconds per sample (CPU of this process, the minimum over ``--rou
 * load / process / save: the bucket's state unpacked, the micro-batch applied (parse or decode included), the
   state packed;
 * frame: the output rows as the Arrow batch the processor yields (with the steady columns, only what leaves the
-  processor: ``streaming.processor.serve``, the default series budget, the served rows as one stream:
-  ``streaming.processor.pack_served``), and PySpark's serializer's struct array of
-  it (with the job's hook, ``streaming.pyspark_hooks.arrow_output``).
+  processor: ``streaming.processor.serve``, the default series budget, the served rows as one stream), and
+  PySpark's serializer's struct array of it (with the job's hook, ``streaming.pyspark_hooks.arrow_output``).
 
 Writes the figures, the command and a plot to the "## Python workers" section of docs/benchmarks.md and
 docs/bench_worker.png.
@@ -57,12 +56,8 @@ from streaming.batches import BATCH, buckets_of, split_records  # noqa: E402
 from streaming.detect import DetectConfig  # noqa: E402
 from streaming.processor import (  # noqa: E402
     OUTPUT_SCHEMA,
-    _frame,
-    _output,
-    _row_columns,
-    _steady_columns,
     apply_bucket,
-    pack_served,
+    output_of,
     serve,
 )
 from streaming.pyspark_hooks import arrow_output  # noqa: E402
@@ -156,10 +151,9 @@ def run_round(partitions: int, buckets: int, warmup: int, cycles: int, sample_fo
             table, out = apply_bucket(table, frame, CFG, 1_700_000_000_000 + cycle * 10_000 + 500)
             t4 = clock()
             if steady:  # what leaves the processor, as the processor chooses it (the design before had no choice)
-                output = pack_served(serve(table, _frame(out.rows), 0, SERIES_BUDGET, "bench", out.steady))
+                output = serve(table, out.rows, 0, SERIES_BUDGET, "bench", out.steady)
             else:
-                output = _output([_row_columns(out.rows)] + (
-                    [] if out.steady is None else [_steady_columns(out.steady, None, {})]))
+                output = output_of(out.rows, out.steady)
             SERIALIZER._create_batch([(arrow_output(output), ARROW_OUTPUT)])
             t5 = clock()
             stored = pack(table) if steady else _pack_packed(table)

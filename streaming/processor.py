@@ -63,7 +63,7 @@ from streaming.detect import (
     step_replica,
 )
 from streaming.pyspark_hooks import arrow_output, as_pandas
-from streaming.serving import ServedColumns, partials, ranked
+from streaming.serving import ServedColumns, partials_dict, ranked, recorded_columns
 from streaming.state import (
     BrokerRegistry,
     BucketValue,
@@ -121,10 +121,10 @@ def _spark_type(annotation: Any) -> DataType:
 ROW_TAIL = StructType([
     StructField("history", BooleanType(), True),  # a partition row that goes into the history (history_due)
     StructField("served", BooleanType(), True),  # a partition row the driver takes (streaming.serving)
-    StructField("served_rows", BinaryType(), True),  # a bucket row's: its served partition rows (pack_served)
+    StructField("served_rows", BinaryType(), True),  # a bucket row's: its served partition rows (serve)
 ])
 """After the metrics: whether a partition row is a history snapshot, whether it goes to the driver, and, in a
-:data:`KIND_BUCKET` row, the partition rows that go to the driver as one Arrow IPC stream (:func:`pack_served`)."""
+:data:`KIND_BUCKET` row, the partition rows that go to the driver as one Arrow IPC stream (:func:`serve`)."""
 
 OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
     StructField(name, _spark_type(annotation), True)
@@ -134,6 +134,8 @@ OUTPUT_SCHEMA = StructType(list(ROW_HEAD.fields) + [
 :data:`ROW_TAIL`."""
 OUTPUT_ARROW = to_arrow_schema(OUTPUT_SCHEMA)
 """The output rows as the Arrow batch the processor yields (:func:`streaming.pyspark_hooks.arrow_output`)."""
+OUTPUT_STRUCT = pa.struct(list(OUTPUT_ARROW))
+"""An output row as an Arrow struct (:func:`rows_batch`)."""
 NOT_METRICS = ("kind", "event_id", "event_type", "payload", "history", "served", "served_rows")
 """The output columns that are not a partition's metrics (the exporter's table and the history leave them out)."""
 OUTPUT_COLUMNS = [f.name for f in OUTPUT_SCHEMA.fields]
@@ -422,149 +424,109 @@ def _python(values: Any) -> list[Any]:
 
 def steady_frame(steady: dict[str, Any]) -> pd.DataFrame:
     """The steady step's metrics as output rows (:data:`OUTPUT_COLUMNS`), column by column, as pandas."""
-    return as_pandas(_output([_steady_columns(steady, None, {})]))
+    return as_pandas(_steady_batch(steady, None, {}))
 
 
-def _steady_columns(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str, Any]
-                    ) -> tuple[int, dict[str, Any]]:
-    """The steady step's metrics (all, or those ``at``) as output columns; ``extra``: a value for every row."""
+def rows_batch(rows: list[dict[str, Any]]) -> pa.RecordBatch:
+    """Output rows (dicts: the steps of detect.py, events, quarantined records, a bucket's message) as one Arrow
+    batch in :data:`OUTPUT_ARROW`, a key absent a null: Arrow's own conversion of the rows as structs, one call
+    (column by column, each a call of its own, cost four times as much on a bucket call's few dozen rows)."""
+    return pa.RecordBatch.from_struct_array(pa.array(rows, OUTPUT_STRUCT))
+
+
+def _steady_batch(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str, Any]) -> pa.RecordBatch:
+    """The steady step's metrics (all, or those ``at``) as output rows in :data:`OUTPUT_ARROW`; ``extra``: a value
+    for every row. Numeric columns are taken whole, Arrow arrays as they are."""
     n = len(steady["partition"]) if at is None else len(at)
-    columns: dict[str, Any] = {}
-    for name, values in steady.items():
-        if name == MATRICES:
-            continue
-        if at is not None:
-            values = (values[at] if isinstance(values, np.ndarray) else values.take(at) if isinstance(values, pa.Array)
-                      else [values[i] for i in at.tolist()])
-        columns[name] = values
-    columns["kind"] = [KIND_PARTITION] * n
-    for name, value in extra.items():
-        columns[name] = [value] * n
-    return n, columns
-
-
-def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Output rows (dicts: the steps of detect.py) as a frame of object columns, as :func:`serve` reads them;
-    absent values are None."""
-    n, columns = _row_columns(rows)
-    data: dict[str, np.ndarray] = {}
-    for name in OUTPUT_COLUMNS:
-        column = np.empty(n, dtype=object)
-        if n:
-            column[:] = np.fromiter(columns[name], dtype=object, count=n)  # numpy would make lists a 2nd dimension
-        data[name] = column
-    return pd.DataFrame(data, columns=OUTPUT_COLUMNS, copy=False)
-
-
-def _row_columns(rows: list[dict[str, Any]]) -> tuple[int, dict[str, Any]]:
-    return len(rows), {name: [row.get(name) for row in rows] for name in OUTPUT_COLUMNS}
-
-
-def _output(parts: list[tuple[int, dict[str, Any]]]) -> pa.RecordBatch:
-    """One Arrow batch of the parts (row counts and columns: lists or arrays of Python values, numpy arrays of
-    numbers; a column absent is null), in :data:`OUTPUT_ARROW`: what leaves the processor. Numeric columns are
-    taken whole; lists and maps (lists, tuples, numpy arrays; dicts) by Arrow's own conversion; Arrow arrays as
-    they are (cast to the column's type)."""
-    total = sum(n for n, _ in parts)
+    constant = {"kind": KIND_PARTITION, **extra}
     arrays: list[pa.Array] = []
     for f in OUTPUT_ARROW:
-        chunks = []
-        for n, columns in parts:
-            if not n:
-                continue
-            values = columns.get(f.name)
-            if isinstance(values, pa.Array):
-                chunks.append(values if values.type == f.type else values.cast(f.type))
-            else:
-                chunks.append(pa.nulls(n, f.type) if values is None else pa.array(values, f.type))
-        arrays.append(pa.concat_arrays(chunks) if len(chunks) > 1 else chunks[0] if chunks
-                      else pa.nulls(total, f.type))
+        values = steady.get(f.name) if f.name != MATRICES else None
+        if f.name in constant:
+            array = pa.repeat(pa.scalar(constant[f.name], f.type), n)
+        elif values is None:
+            array = pa.nulls(n, f.type)
+        elif isinstance(values, pa.Array):
+            array = values if at is None else values.take(pa.array(at))
+        else:
+            array = pa.array(values if at is None else np.asarray(values)[at], f.type)
+        arrays.append(array if array.type == f.type else array.cast(f.type))
     return pa.RecordBatch.from_arrays(arrays, schema=OUTPUT_ARROW)
 
 
-def serve(table: ColumnarTable, frame: pd.DataFrame, bucket: int, budget: int, run: str,
+def output_of(rows: list[dict[str, Any]], steady: dict[str, Any] | None = None) -> pa.RecordBatch:
+    """Every output of a bucket's steps as rows (:class:`BucketOutput`'s rows, then the steady step's metrics),
+    none chosen (for tests and tools: what a bucket call would give without :func:`serve`)."""
+    parts = [rows_batch(rows)] + ([] if steady is None else [_steady_batch(steady, None, {})])
+    return pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+
+
+def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget: int, run: str,
           steady: dict[str, Any] | None = None) -> pa.RecordBatch:
-    """What of a bucket call's output leaves the processor (:mod:`streaming.serving`): the quarantined records and
-    events; the partition rows that are history snapshots or the bucket's candidates (``served``), with the rows
-    of the partitions that became candidates without a sample (all of them for a run the bucket has not told
-    yet); and one :data:`KIND_BUCKET` row (:func:`_message`). The partition rows carry the message's sequence in
-    ``payload``: the driver takes the newest word of a bucket on each partition. ``frame``: the rows of
-    :mod:`streaming.detect`'s steps (:func:`_frame`); ``steady``: the steady step's metrics (its rows are built
-    for those that leave only). Records every partition's metrics in ``table.served``."""
+    """What of a bucket call's output leaves the processor (:mod:`streaming.serving`), in :data:`OUTPUT_ARROW`:
+    the quarantined records and events; the partition rows that are history snapshots (``served`` false: the
+    executors write them); and one :data:`KIND_BUCKET` row (:func:`_message`) that carries, in ``served_rows``,
+    the partition rows the driver takes as one Arrow IPC stream (``served`` true): the bucket's candidates among
+    the partitions its steps reached, and the partitions that became candidates without a sample (all of them for
+    a run the bucket has not told yet). Each partition row carries the message's sequence in ``payload``: the
+    driver takes the newest word of a bucket on each partition. ``rows``: the rows of :mod:`streaming.detect`'s
+    steps; ``steady``: the steady step's metrics (its rows are built for those that leave only). Records every
+    partition's metrics in ``table.served``.
+
+    The served rows travel as one stream, not a row each, because Spark turns every output row into its own rows:
+    from the processor's Arrow into the micro-batch's cache, out of it, to Arrow again for the driver's collect:
+    ~100,000 wide rows (maps and lists) made, cached and collected in 1.45 s on 2 cores, the same rows as 32
+    streams in 0.52 s (docs/benchmarks.md, "Streaming job"). A row both served and a history snapshot is in both."""
     served = table.served
     told = served.run == run
     if not told:  # a state written before the served columns (format 2): its partitions join them now
         keys = list(table)
-        served.record(_frame([partition_row(metrics_of(state)) for key, held in zip(keys, served.holds(keys).tolist(),
-                                                                                    strict=True)
-                              if not held and isinstance(state := table.peek(key), PartitionState)]))
-    is_partition = frame["kind"].to_numpy() == KIND_PARTITION
-    metrics = frame[is_partition]
-    stepped = served.record(metrics)
-    steady_rows = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
+        served.record(recorded_columns([partition_row(metrics_of(state)) for key, held in zip(
+            keys, served.holds(keys).tolist(), strict=True)
+            if not held and isinstance(state := table.peek(key), PartitionState)]))
+    partitions = [row for row in rows if row["kind"] == KIND_PARTITION]
+    stepped = served.record(recorded_columns(partitions))
+    steady_at = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
     before = served.columns["served"].copy()
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)
     sampled[stepped] = True
-    sampled[steady_rows] = True
+    sampled[steady_at] = True
     entering = served.keys(np.flatnonzero(top & ~sampled & (~before | (not told))))
     left = served.keys(np.flatnonzero(before & ~top)) if told else []
     served.columns["served"], served.run = top, run
     served.sent += 1
     seq = str(served.sent)
-    history = metrics["history"].eq(True).to_numpy()
-    steady_history = np.zeros(0, np.bool_) if steady is None else np.asarray(steady["history"], np.bool_)
-    at = np.flatnonzero(is_partition)
-    keep = ~is_partition
-    keep[at[history | top[stepped]]] = True
-    flag = np.zeros(len(frame), np.bool_)
-    flag[at] = top[stepped]
-    out = frame.iloc[np.flatnonzero(keep)]
-    kept = is_partition[keep]
-    columns = {name: out[name].to_numpy() for name in OUTPUT_COLUMNS}
-    columns["served"] = np.where(kept, flag[keep], None)
-    columns["payload"] = np.where(kept, seq, columns["payload"])
-    parts = [(len(out), columns)]
+    to_driver: list[dict[str, Any]] = []
+    stay = [row for row in rows if row["kind"] != KIND_PARTITION]
+    history = 0
+    for row, flag in zip(partitions, top[stepped].tolist(), strict=True):
+        if flag:
+            to_driver.append(row | {"served": True, "payload": seq})
+        if row.get("history"):
+            stay.append(row | {"served": False, "payload": seq})
+            history += 1
+    to_driver.extend(partition_row(metrics_of(state), history=False) | {"served": True, "payload": seq}
+                     for key in entering if isinstance(state := table.peek(key), PartitionState))
+    driver_batches = [rows_batch(to_driver)]
+    stay_batches: list[pa.RecordBatch] = []
     if steady is not None:
-        leaving = np.flatnonzero(steady_history | top[steady_rows])
-        n, steady_columns = _steady_columns(steady, leaving, {"payload": seq})
-        steady_columns["served"] = top[steady_rows][leaving]
-        parts.append((n, steady_columns))
-    extra = [partition_row(metrics_of(state), history=False) | {"served": True, "payload": seq}
-             for key in entering if isinstance(state := table.peek(key), PartitionState)]
-    extra.append(_message(served, frame, bucket, left, int(history.sum() + steady_history.sum())))
-    parts.append(_row_columns(extra))
-    return _output(parts)
-
-
-def pack_served(output: pa.RecordBatch) -> pa.RecordBatch:
-    """A bucket call's output (:func:`serve`) as it leaves the processor: the partition rows the driver takes
-    (``served``) as one Arrow IPC stream in the :data:`KIND_BUCKET` row's ``served_rows``, not a row each; the
-    history snapshots, events and quarantined records stay rows (the executors write them).
-
-    Spark turns every output row into its own rows: from the processor's Arrow into the micro-batch's cache, out of
-    it, to Arrow again for the driver's collect: ~100,000 wide rows (maps and lists) made, cached and collected in
-    1.45 s on 2 cores, the same rows as 32 streams in 0.52 s (docs/benchmarks.md, "Streaming job"). A
-    row both served and a history snapshot is in both, served only through the stream. An output without served
-    rows (or without a bucket row) is left as it is."""
-    kind = output.column("kind")
-    served = pc.fill_null(pc.and_kleene(pc.equal(kind, KIND_PARTITION), output.column("served")), False)
-    bucket = pc.equal(kind, KIND_BUCKET)
-    if not pc.any(served).as_py() or pc.sum(bucket).as_py() != 1:
-        return output
-    history = pc.fill_null(output.column("history"), False)
-    rows = write_stream(pa.Table.from_batches([output.filter(served)]))
-    stay = output.filter(pc.or_(pc.invert(served), history))
-    names, columns, kinds = stay.schema.names, stay.columns, stay.column("kind")
-    columns[names.index("served")] = pc.if_else(pc.equal(kinds, KIND_PARTITION), False, stay.column("served"))
-    values: list[bytes | None] = [None] * stay.num_rows  # the stream once, in the bucket row alone
-    values[pc.index(kinds, KIND_BUCKET).as_py()] = rows
-    columns[names.index("served_rows")] = pa.array(values, pa.binary())
-    return pa.RecordBatch.from_arrays(columns, schema=stay.schema)
+        steady_top = top[steady_at]
+        driver_batches.append(_steady_batch(steady, None if steady_top.all() else np.flatnonzero(steady_top),
+                                            {"payload": seq, "served": True}))
+        snapshots = np.flatnonzero(np.asarray(steady["history"], np.bool_))
+        history += len(snapshots)
+        if len(snapshots):
+            stay_batches.append(_steady_batch(steady, snapshots, {"payload": seq, "served": False}))
+    stream = (write_stream(pa.Table.from_batches(driver_batches))
+              if any(b.num_rows for b in driver_batches) else None)
+    message = _message(served, stay, bucket, left, history) | {"served_rows": stream}
+    stay_batches.insert(0, rows_batch([*stay, message]))
+    return pa.concat_batches(stay_batches) if len(stay_batches) > 1 else stay_batches[0]
 
 
 def served_rows(buckets: pd.DataFrame) -> pd.DataFrame:
-    """The partition rows the bucket rows of a micro-batch's output carry (:func:`pack_served`), one frame, as the
+    """The partition rows the bucket rows of a micro-batch's output carry (:func:`serve`), one frame, as the
     driver's collect makes rows pandas (maps as dicts, lists as arrays); none: an empty frame of the output
     columns."""
     streams = [value for value in buckets["served_rows"].tolist() if value is not None]
@@ -574,15 +536,15 @@ def served_rows(buckets: pd.DataFrame) -> pd.DataFrame:
     return pa.concat_tables(tables).to_pandas(maps_as_pydicts="strict")
 
 
-def _message(served: ServedColumns, frame: pd.DataFrame, bucket: int, left: list[PartitionKey], history: int
-             ) -> dict[str, Any]:
+def _message(served: ServedColumns, rows: list[dict[str, Any]], bucket: int, left: list[PartitionKey],
+             history: int) -> dict[str, Any]:
     """A bucket's :data:`KIND_BUCKET` row: its aggregates, the partitions no longer candidates, how many history
-    rows and events the call gave (and of them partition STALE events per cluster, for the driver to tell a silent
-    cluster, :mod:`streaming.silence`), and the message's sequence."""
-    events = [json.loads(p) for p in frame.loc[frame["kind"].to_numpy() == KIND_EVENT, "payload"]]
-    stale = Counter(e["cluster"] for e in events if e["type"] == "STALE" and e.get("topic") is not None)
+    rows and events the call gave (of ``rows``; and of them partition STALE events per cluster, for the driver to
+    tell a silent cluster, :mod:`streaming.silence`), and the message's sequence."""
+    events = [row for row in rows if row["kind"] == KIND_EVENT]
+    stale = Counter(row["cluster"] for row in events if row["event_type"] == "STALE" and row["topic"] is not None)
     message = {"seq": served.sent, "left": left, "history": history, "events": len(events), "stale": stale,
-               **partials(served).to_dict()}
+               **partials_dict(served)}
     return {"kind": KIND_BUCKET, "partition": bucket, "payload": json.dumps(message)}
 
 
@@ -652,7 +614,7 @@ class ReplicationProcessor(StatefulProcessor):
             step("load", len(table))
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
-            output = pack_served(serve(table, _frame(out.rows), bucket, self.series_budget, self.run, out.steady))
+            output = serve(table, out.rows, bucket, self.series_budget, self.run, out.steady)
             step("frame", output.num_rows)
             self.table.save(table)
             if stored is None:  # a new bucket starts its chain of timers: each one registers the next
@@ -675,10 +637,10 @@ class ReplicationProcessor(StatefulProcessor):
             stored = self.table.load()
             table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
             if out or (stored is not None and stored.served.run != self.run):
-                output = pack_served(serve(table, _frame(out), int(key[0]), self.series_budget, self.run))
+                output = serve(table, out, int(key[0]), self.series_budget, self.run)
                 self.table.save(table)
             else:
-                output = _output([_row_columns(out)])
+                output = rows_batch(out)
             self.handle.registerTimer(now_ms + self.timer_period_ms)  # the chain goes on, samples or not
         yield arrow_output(output)
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,10 +108,25 @@ def _lookup(keys: Ints, table_keys: Ints, table_values: Ints) -> Ints:
     return np.where(sorted_keys[at] == keys, table_values[order][at], 0)
 
 
-def _nullable(values: pd.Series) -> Ints:
+def _nullable(values: Iterable[Any]) -> Ints:
     """A column of integers or None/NaN as int64, unknown as :data:`NULL`."""
-    numbers = pd.to_numeric(values)
-    return np.where(numbers.isna(), NULL, numbers.fillna(0)).astype(np.int64)
+    return np.array([NULL if v is None or v != v else int(v) for v in values], np.int64)
+
+
+def _flags(values: Iterable[Any]) -> Bools:
+    """A column of flags (None/NaN: false) as booleans."""
+    return np.array([v is not None and v == v and bool(v) for v in values], np.bool_)
+
+
+RECORDED = ("cluster", "topic", "partition", "sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag",
+            *FLAGS, "replicas", "isr", "follower_lag", "follower_time_lag_ms")
+"""The metrics :meth:`ServedColumns.record` reads."""
+
+
+def recorded_columns(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Metrics rows (dicts: :func:`streaming.processor.partition_row`) as the columns :meth:`ServedColumns.record`
+    reads: a bucket call's few rows, without a frame built to be taken apart."""
+    return {name: [row.get(name) for row in rows] for name in RECORDED}
 
 
 @dataclass
@@ -199,18 +214,19 @@ class ServedColumns:
                 c[name] = np.pad(c[name], ((0, 0), (0, width - c[name].shape[1])),
                                  constant_values=-1 if name == "replica" else 0)
 
-    def record(self, metrics: pd.DataFrame) -> Ints:
-        """Each row of ``metrics`` (metrics rows, a partition once) in its partition's row; returns the rows."""
-        n = len(metrics)
+    def record(self, metrics: pd.DataFrame | Mapping[str, Sequence[Any]]) -> Ints:
+        """Each row of ``metrics`` (metrics rows, a partition once: a frame, or the columns of
+        :func:`recorded_columns`) in its partition's row; returns the rows."""
+        n = len(metrics["partition"])
         if not n:
             return np.zeros(0, np.int64)
         rows = self._rows(pa.array(metrics["cluster"], pa.string()), pa.array(metrics["topic"], pa.string()),
-                          np.asarray(metrics["partition"].tolist(), np.int64))
+                          np.asarray(list(metrics["partition"]), np.int64))
         c = self.columns
         for name in ("sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag"):
             c[name][rows] = _nullable(metrics[name])
         for name in FLAGS:
-            c[name][rows] = metrics[name].eq(True).to_numpy()
+            c[name][rows] = _flags(metrics[name])
         replica, of = flat(metrics["replicas"])
         starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=n))[:-1]])
         slot = np.arange(len(replica), dtype=np.int64) - starts[of]
@@ -241,7 +257,7 @@ class ServedColumns:
         c = self.columns
         for name in ("sample_time_ms", "leader", "health", "hw_lag"):
             c[name][rows] = steady[name]
-        c["max_follower_lag"][rows] = [NULL if x is None else x for x in steady["max_follower_lag"]]
+        c["max_follower_lag"][rows] = pc.fill_null(steady["max_follower_lag"], NULL).to_numpy()
         for name in FLAGS:
             c[name][rows] = steady[name]
         brokers, lag, time_lag = steady[MATRICES]
@@ -313,11 +329,9 @@ class Partials:
     topics: pd.DataFrame
     brokers: pd.DataFrame
 
-    def to_dict(self) -> dict[str, dict[str, list[Any]]]:
-        """Each scope's columns as lists (JSON's types; NaN: None)."""
-        return {scope: {"columns": [str(c) for c in frame.columns],
-                        "data": [[None if isinstance(v, float) and v != v else v for v in row]
-                                 for row in zip(*(frame[c].tolist() for c in frame.columns), strict=True)]}
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        """Each scope's columns as lists (JSON's types; NaN: None): :func:`_scope_dict`."""
+        return {scope: _scope_dict({str(c): frame[c].tolist() for c in frame.columns})
                 for scope, frame in self.scopes()}
 
     @classmethod
@@ -347,8 +361,16 @@ def _sum_max(codes: Ints, sums: dict[str, np.ndarray], maxes: dict[str, np.ndarr
     return groups, columns
 
 
-def partials(served: ServedColumns) -> Partials:
-    """The bucket's aggregates (pure)."""
+def _scope_dict(columns: dict[str, list[Any]]) -> dict[str, Any]:
+    """A scope's aggregates as a bucket's message holds them: its column names, and its rows as lists of JSON's
+    types (NaN: None)."""
+    return {"columns": list(columns),
+            "data": [[None if isinstance(v, float) and v != v else v for v in row]
+                     for row in zip(*columns.values(), strict=True)]}
+
+
+def _partial_columns(served: ServedColumns) -> dict[str, dict[str, np.ndarray]]:
+    """The bucket's aggregates (pure), each scope's columns as arrays (:class:`Partials`' frames)."""
     c = served.columns
     names = np.array(served.names, dtype=object) if served.names else np.zeros(0, object)
     cluster_code = c["cluster_code"]
@@ -356,12 +378,12 @@ def partials(served: ServedColumns) -> Partials:
     flags = {flag: c[flag].astype(np.int64) for flag in FLAGS}
     codes, columns = _sum_max(cluster_code, {"partitions": ones, **flags},
                               {"last_sample_time_ms": c["sample_time_ms"]})
-    clusters = pd.DataFrame({"cluster": names[codes], **columns})
+    clusters = {"cluster": names[codes], **columns}
     hw_lag = np.where(c["hw_lag"] == NULL, np.nan, c["hw_lag"].astype(np.float64))
     codes, columns = _sum_max((cluster_code << 32) | c["topic_code"],
                               {"partitions": ones, **{flag: flags[flag] for flag in TOPIC_SUMS[1:]}},
                               {"max_hw_lag": hw_lag})
-    topics = pd.DataFrame({"cluster": names[codes >> 32], "topic": names[codes & 0xFFFFFFFF], **columns})
+    topics = {"cluster": names[codes >> 32], "topic": names[codes & 0xFFFFFFFF], **columns}
     valid = c["replica"] >= 0
     row, _slot = np.nonzero(valid)
     replica = c["replica"][valid]
@@ -370,9 +392,22 @@ def partials(served: ServedColumns) -> Partials:
                                "leaders": (c["leader"][row] == replica).astype(np.int64),
                                "out_of_isr": (~c["in_isr"][valid]).astype(np.int64)},
                               {"max_lag": c["lag"][valid], "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
-    brokers = pd.DataFrame({"cluster": names[codes >> 32], "broker": (codes & 0xFFFFFFFF).astype(np.int32)
-                            .astype(np.int64), **columns})
-    return Partials(clusters, topics, brokers)
+    brokers = {"cluster": names[codes >> 32], "broker": (codes & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
+               **columns}
+    return {"clusters": clusters, "topics": topics, "brokers": brokers}
+
+
+def partials(served: ServedColumns) -> Partials:
+    """The bucket's aggregates (pure)."""
+    scopes = _partial_columns(served)
+    return Partials(*(pd.DataFrame(scopes[scope]) for scope in ("clusters", "topics", "brokers")))
+
+
+def partials_dict(served: ServedColumns) -> dict[str, dict[str, Any]]:
+    """The bucket's aggregates as its message holds them (what :meth:`Partials.to_dict` gives of
+    :func:`partials`), from the arrays without frames: a bucket call pays this every time."""
+    return {scope: _scope_dict({name: values.tolist() for name, values in columns.items()})
+            for scope, columns in _partial_columns(served).items()}
 
 
 def combine(parts: Iterable[Partials]) -> Partials:

@@ -472,8 +472,9 @@ BROKER_MAP = pa.map_(pa.int64(), pa.int64())
 
 
 def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]:
-    """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (lists, numpy arrays, and
-    the follower lags as Arrow maps, built from the matrices at once) under the metrics' field names: what
+    """The :class:`~streaming.detect.PartitionMetrics` of the batch's rows, as columns (numpy arrays where no value
+    is absent; Arrow arrays: the nullable ones, the lists, and the follower lags as maps built from the matrices
+    at once) under the metrics' field names: what
     :func:`streaming.detect.metrics_of` gives for each row's state; and the replicas' as matrices under
     :data:`MATRICES`."""
     c = columns.columns
@@ -538,12 +539,11 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
         "topic": names.take(pa.array(c["topic_code"][rows])),
         "partition": c["partition"][rows], "sample_time_ms": now, "leader": c["leader"][rows],
         "leader_epoch": c["leader_epoch"][rows], "replica_count": replica_count, "isr_size": isr_size,
-        "min_insync_replicas": [None if x == NULL else x for x in min_isr.tolist()],
+        "min_insync_replicas": pa.array(min_isr, pa.int64(), mask=~configured),
         "offline": np.zeros(n, np.bool_), "under_replicated": under_replicated, "under_min_isr": under_min_isr,
         "at_min_isr": at_min_isr, "high_watermark": hw, "log_end_offset": leader_leo,
-        "log_start_offset": [None if x == NULL else x for x in log_start.tolist()], "hw_lag": hw_lag,
-        "max_follower_lag": [x if h else None for x, h in zip(max_lag.tolist(), has_followers.tolist(),
-                                                               strict=True)],
+        "log_start_offset": pa.array(log_start, pa.int64(), mask=log_start == NULL), "hw_lag": hw_lag,
+        "max_follower_lag": pa.array(max_lag, pa.int64(), mask=~has_followers),
         "health": health.astype(np.int64), "follower_lag": by_follower(lag),
         "isr": lists["isr"], "replicas": lists["replicas"],
         "hw_stalled": c["hw_stalled"][rows], "stale": c["stale"][rows],

@@ -25,7 +25,7 @@ from pyspark.sql.types import (
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets
 from streaming import pyspark_hooks
 from streaming.detect import DetectConfig, PartitionMetrics, step
-from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, _output, _row_columns, partition_row
+from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, partition_row, rows_batch
 from streaming.state import PartitionState, dump_state
 from streaming.table import STATE_MAGIC, STATE_VERSION, ColumnarTable, StateVersionError, pack, unpack
 
@@ -145,7 +145,7 @@ def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
         assert not pyspark_hooks.enabled() and not pyspark_hooks.enabled()
         assert len([r for r in caplog.records if "PySpark 9.9.9 is not the version" in r.message]) == 1
         assert pyspark_hooks.daemon_conf() == {}
-        output = _output([_row_columns([partition_row(a_state()[1])])])
+        output = rows_batch([partition_row(a_state()[1])])
         frame = pyspark_hooks.arrow_output(output)
         assert not frame.attrs and frame.equals(pyspark_hooks.as_pandas(output)) and frame["isr"][0].tolist() == [1, 2]
 

@@ -27,14 +27,13 @@ from streaming.processor import (
     KIND_EVENT,
     KIND_PARTITION,
     KIND_QUARANTINE,
+    OUTPUT_COLUMNS,
     OUTPUT_SCHEMA,
     QUARANTINED,
-    _frame,
-    _output,
-    _row_columns,
     apply_bucket,
     expire_bucket,
-    pack_served,
+    output_of,
+    rows_batch,
     serve,
     served_rows,
     steady_frame,
@@ -48,14 +47,22 @@ from streaming.serving import (
     budgeted,
     combine,
     partials,
+    partials_dict,
     rank_frame,
     ranked,
+    recorded_columns,
     served_of,
 )
 from streaming.table import ColumnarTable, pack, unpack
 
 CFG = DetectConfig(stale_after_ms=10_000)
 KEY = ["cluster", "topic", "partition"]
+
+
+def object_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """Output rows as a frame of object columns (lists and dicts as they are, absent values None): what the
+    processor yielded before its output was Arrow, for PySpark's own conversion."""
+    return pd.DataFrame({name: pd.Series([row.get(name) for row in rows], dtype=object) for name in OUTPUT_COLUMNS})
 
 
 def metrics_row(rng: random.Random, cluster: str, topic: str, partition: int) -> dict[str, Any]:
@@ -152,6 +159,11 @@ def test_the_buckets_aggregates_combined_are_the_aggregates_over_every_partition
     assert {s: dict(v) for s, v in got.items()} == want
     # through the bucket message's JSON, as the driver reads it
     assert exported(combine(Partials.from_dict(json.loads(json.dumps(p.to_dict()))) for p in parts)) == got
+    # as the processor records its rows (columns of dicts, not a frame) and writes its message (no frames)
+    for bucket, part in zip(split.values(), parts, strict=True):
+        columns = ServedColumns.empty()
+        columns.record(recorded_columns(bucket))
+        assert json.dumps(partials_dict(columns)) == json.dumps(part.to_dict())
 
 
 def sample(rng: random.Random, partition: int, cycle: int) -> dict[str, Any]:
@@ -211,14 +223,15 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                     chosen = [p for p in range(bucket, 36, 3) if rng.random() < 0.7]
                     table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), CFG, now_ms,
                                               copy=False)
-                    frame, steady = _frame(out.rows), out.steady
-                    every = frame if steady is None else pd.concat([frame, steady_frame(steady)], ignore_index=True)
+                    rows, steady = out.rows, out.steady
+                    every = rows + ([] if steady is None else steady_rows(steady))
                 else:
                     table, rows = expire_bucket(table, CFG, now_ms)
-                    frame = every = _frame(rows)
-                for row in every[every["kind"] == KIND_PARTITION].to_dict("records"):
-                    newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
-                outputs.append(as_pandas(pack_served(serve(table, frame, bucket, budget, run, steady))))
+                    every = rows
+                for row in every:
+                    if row["kind"] == KIND_PARTITION:
+                        newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
+                outputs.append(as_pandas(serve(table, rows, bucket, budget, run, steady)))
                 buckets[bucket] = pack(table)
         if not outputs:
             continue
@@ -245,9 +258,10 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
 
 
 def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_stay_rows() -> None:
-    """pack_served: the partition rows a bucket serves travel as one Arrow stream in its bucket row, which the
-    driver reads back as the rows they were; history snapshots (served or not), events and quarantined records
-    stay rows, none of them served; an output with nothing served is left as it is."""
+    """serve: the partition rows a bucket serves (its candidates among the partitions the call reached) travel as
+    one Arrow stream in its bucket row, which the driver reads back as the rows the steps gave; history snapshots
+    (served or not), events and quarantined records stay rows, none of them served; a call that serves nothing
+    sends no stream."""
     rng = random.Random(11)
     table = ColumnarTable()
     for cycle in range(1, 4):  # the first cycle: every row a history snapshot; later ones mostly steady
@@ -256,25 +270,36 @@ def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_s
         table, out = apply_bucket(table, pd.concat([records([sample(rng, p, cycle) for p in range(30)]), bad],
                                                    ignore_index=True), CFG, 1_000_000 + cycle * 1000 + 500,
                                   copy=False)
-        leaving = serve(table, _frame(out.rows), 0, 10, "run", out.steady)
-        packed_batch = pack_served(leaving)
-        whole, packed = as_pandas(leaving), as_pandas(packed_batch)
-        partition = whole["kind"] == KIND_PARTITION
-        served = partition & whole["served"].eq(True)
-        assert 0 < served.sum() <= 10
-        expected = leaving.filter(pa.array(served.to_numpy())).to_pandas(maps_as_pydicts="strict")
-        pd.testing.assert_frame_equal(served_rows(packed[packed["kind"] == KIND_BUCKET]), expected)
-        stays = whole[~served | whole["history"].eq(True)]
+        # all the call's rows, none chosen, as the driver reads rows (served_rows)
+        every = output_of(out.rows, out.steady).to_pandas(maps_as_pydicts="strict")
+        leaving = serve(table, out.rows, 0, 10, "run", out.steady)
+        packed = as_pandas(leaving)
+        candidates = set(table.served.keys(np.flatnonzero(table.served.columns["served"])))
+        assert len(candidates) == 10
+        partition = every["kind"] == KIND_PARTITION
+        chosen = partition & np.array([(c, t, p) in candidates for c, t, p in zip(
+            every["cluster"], every["topic"], every["partition"], strict=True)])
+        driver = served_rows(packed[packed["kind"] == KIND_BUCKET])
+        assert 0 < len(driver) <= 10 and driver["served"].all()
+        assert (driver["payload"] == str(cycle)).all()  # the message's sequence
+
+        def ordered(frame: pd.DataFrame) -> pd.DataFrame:
+            return frame.drop(columns=["served", "payload"]).sort_values(KEY).reset_index(drop=True)
+
+        pd.testing.assert_frame_equal(ordered(driver), ordered(every[chosen]), check_dtype=False)
         shown = [*KEY, "kind", "history", "event_id"]
-        assert packed[shown].to_dict("records") == stays[shown].to_dict("records")
+        stays = [tuple(row[k] for k in shown) for row in output_of(out.rows, out.steady).to_pylist()
+                 if row["kind"] != KIND_PARTITION or row["history"]]
+        assert sorted((tuple(row[k] for k in shown) for row in leaving.to_pylist() if row["kind"] != KIND_BUCKET),
+                      key=str) == sorted(stays, key=str)
         assert not packed.loc[packed["kind"] == KIND_PARTITION, "served"].any()
         assert packed["served_rows"].notna().sum() == 1 and set(packed["kind"]) >= {KIND_BUCKET, KIND_QUARANTINE}
         stream = packed["served_rows"].dropna().iloc[0]  # held once: the column's data is that one stream
-        held = packed_batch.column("served_rows").get_total_buffer_size()
-        assert held <= len(stream) + 5 * (packed_batch.num_rows + 1)
+        held = leaving.column("served_rows").get_total_buffer_size()
+        assert held <= len(stream) + 5 * (leaving.num_rows + 1)
         table = unpack(pack(table))
-    nothing = _output([_row_columns([{"kind": KIND_QUARANTINE, "payload": "x"}])])
-    assert pack_served(nothing) is nothing
+    nothing = as_pandas(serve(table, [{"kind": KIND_QUARANTINE, "payload": "x"}], 0, 10, "run"))
+    assert nothing["kind"].tolist() == [KIND_QUARANTINE, KIND_BUCKET] and nothing["served_rows"].isna().all()
     assert served_rows(pd.DataFrame({"served_rows": [None]})).empty
 
 
@@ -283,8 +308,7 @@ def test_a_bucket_s_first_call_over_thousands_of_partitions_packs_its_rows() -> 
     partitions in 32 buckets), the stream ~1 MB; packed, it is held once, not once per row that stays."""
     rng = random.Random(3)
     table, out = apply_bucket(ColumnarTable(), records([sample(rng, p, 1) for p in range(3_200)]), CFG, 2_000_000)
-    leaving = serve(table, _frame(out.rows), 0, 5_000, "run", out.steady)
-    packed = as_pandas(pack_served(leaving))
+    packed = as_pandas(serve(table, out.rows, 0, 5_000, "run", out.steady))
     assert (packed["kind"] == KIND_PARTITION).sum() == 3_200  # every one a history snapshot
     assert len(served_rows(packed[packed["kind"] == KIND_BUCKET])) == 3_200
 
@@ -297,12 +321,11 @@ def test_a_bucket_stored_before_the_served_columns_tells_every_partition_at_its_
     table = unpack(pack(table))
     table.served = ServedColumns.empty()  # as format 2 loads
     _, again = apply_bucket(table, records([sample(rng, 0, 2)]), CFG, 2_001_000, copy=False)
-    output = as_pandas(serve(table, _frame(again.rows) if again.steady is None else steady_frame(again.steady), 0,
-                             100, "r"))
+    output = as_pandas(serve(table, again.rows, 0, 100, "r", again.steady))
     [message] = [json.loads(p) for p in output.loc[output["kind"] == KIND_BUCKET, "payload"]]
     assert Partials.from_dict(message).clusters["partitions"].tolist() == [6]
-    served = output[(output["kind"] == KIND_PARTITION) & output["served"].eq(True)]
-    assert sorted(served["partition"].astype(int)) == list(range(6))
+    served = served_rows(output[output["kind"] == KIND_BUCKET])
+    assert sorted(served["partition"].astype(int)) == list(range(6)) and served["served"].all()
 
 
 def test_the_steady_step_s_metrics_recorded_from_their_matrices_are_those_recorded_as_rows() -> None:
@@ -328,9 +351,12 @@ def test_the_steady_step_s_metrics_recorded_from_their_matrices_are_those_record
     fast, plain = ServedColumns.empty(), ServedColumns.empty()
     fast.record_steady(out.steady)
     plain.record(steady_frame(out.steady))
-    assert fast.names == plain.names
+    rows = ServedColumns.empty()  # as the processor records detect.py's rows
+    rows.record(recorded_columns(steady_rows(out.steady)))
+    assert fast.names == plain.names == rows.names
     for name, column in plain.columns.items():
         assert np.array_equal(fast.columns[name], column), name
+        assert np.array_equal(rows.columns[name], column), name
 
 
 def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> None:
@@ -356,7 +382,7 @@ def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> No
         now_ms = 1_000_000 + cycle * 1000 + 500
         if cycle == 6:  # partitions 0-5 silent: the timer marks them stale
             table, rows = expire_bucket(table, CFG, now_ms + 30_000)
-            leaving = serve(table, _frame(rows), 0, 4, "run")
+            leaving = serve(table, rows, 0, 4, "run")
         else:
             chosen = range(6, 20) if cycle > 6 else range(20)
             samples = records([sample(rng, p, cycle) for p in chosen])
@@ -365,10 +391,9 @@ def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> No
             table, out = apply_bucket(table, pd.concat([samples, bad], ignore_index=True), CFG, now_ms, copy=False)
             rows = out.rows + ([] if out.steady is None else steady_rows(out.steady))
             steady += 0 if out.steady is None else len(out.steady["partition"])
-            leaving = serve(table, _frame(out.rows), 0, 4, "run", out.steady)
-        assert hooked(_output([_row_columns(rows)])).equals(public(_frame(rows)))
+            leaving = serve(table, out.rows, 0, 4, "run", out.steady)
+        assert hooked(rows_batch(rows)).equals(public(object_frame(rows)))
         assert hooked(leaving).equals(public(as_pandas(leaving)))
-        assert hooked(pack_served(leaving)).equals(public(as_pandas(pack_served(leaving))))
         kinds |= {row["kind"] for row in rows} | set(leaving.column("kind").to_pylist())
         table = unpack(pack(table))  # as the state store keeps it: the steady partitions move into columns
     assert kinds == {KIND_PARTITION, KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE} and steady > 0
