@@ -46,7 +46,7 @@ class StateBatchHandler:
     """foreachBatch of the state query. The micro-batch's output stays on the executors but for what the driver
     serves (:mod:`streaming.serving`): events, quarantined records and a message per state bucket (its aggregates,
     the partitions no longer candidates, the candidates' rows that changed as one Arrow stream:
-    :func:`streaming.processor.pack_served`). The history's partition snapshots
+    :func:`streaming.processor.serve`). The history's partition snapshots
     are written by Spark's Parquet writer on the executors, straight from the output, held in their memory for the
     two uses (computed once: the state is applied once)."""
 
@@ -73,7 +73,7 @@ class StateBatchHandler:
         if quarantined.any():
             self.quarantine(out.loc[quarantined, "payload"].tolist())
         buckets = out[out["kind"] == KIND_BUCKET]
-        partitions = served_rows(buckets)  # the candidates' rows, in their buckets' rows (pack_served)
+        partitions = served_rows(buckets)  # the candidates' rows, in their buckets' rows (serve)
         messages, aggregates = bucket_messages(buckets)
         told = told_by(messages, aggregates)
         candidates = serve_buckets(self.exporter, messages, aggregates, partitions)

@@ -441,7 +441,7 @@ def _steady_batch(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str
     constant = {"kind": KIND_PARTITION, **extra}
     arrays: list[pa.Array] = []
     for f in OUTPUT_ARROW:
-        values = steady.get(f.name) if f.name != MATRICES else None
+        values = steady.get(f.name)
         if f.name in constant:
             array = pa.repeat(pa.scalar(constant[f.name], f.type), n)
         elif values is None:
