@@ -87,6 +87,9 @@ TOPIC_PARTITIONS = 6
 EXECUTOR_MEMORY = "768m"
 WORKER_MEMORY = "1g"
 PROJECTED_CORES = (1, 2, 4, 8, 16, 32, 64)
+STATE_BUCKETS = 32
+"""stream.state_buckets of every mode, whatever its tasks (the projection's state stage has min(cores, buckets)
+tasks): the count its figures were measured with."""
 
 # ---------------------------------------------------------------- the job's configuration
 
@@ -111,7 +114,7 @@ def job_config(spec: dict[str, Any]) -> ReplmonConfig:
         stream=StreamConfig(spark_master=spec["master"], trigger_interval_s=spec["trigger"],
                             checkpoint_dir=f"{store}/checkpoint", history_dir=f"{store}/history",
                             starting_offsets="earliest", max_offsets_per_trigger=spec["batch"], metrics_port=0,
-                            state_parallelism=spec["tasks"], driver_host="127.0.0.1",
+                            state_parallelism=spec["tasks"], state_buckets=STATE_BUCKETS, driver_host="127.0.0.1",
                             driver_bind_address="127.0.0.1", spark_conf=conf))
 
 
@@ -500,7 +503,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> tuple[list[str], list
         f"partitions per cycle with a shrunk ISR; samples topic of {TOPIC_PARTITIONS} partitions. Backlog "
         f"{r['backlog']:,} samples ({args.backlog_cycles} cycles), read by each mode from its start in batches of "
         f"{args.backlog_batch:,} (maxOffsetsPerTrigger), trigger {args.trigger:g} s, "
-        f"{StreamConfig().state_buckets} state buckets; the first cycle and at least {WARMUP_BATCHES} batches "
+        f"{STATE_BUCKETS} state buckets; the first cycle and at least {WARMUP_BATCHES} batches "
         "excluded, as bench_stream does. Each mode: a driver process of its own (a fresh JVM), a fresh checkpoint "
         "and history on HDFS, spark.driver.memory 2g; the clusters: workers of one core and "
         f"{WORKER_MEMORY}, spark.executor.cores 1, spark.executor.memory {EXECUTOR_MEMORY}, spark.cores.max = "
@@ -521,7 +524,7 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> tuple[list[str], list
 
 
 def projection_note(args: argparse.Namespace, r: dict[str, Any]) -> tuple[str, dict[str, list[float]]]:
-    buckets = StreamConfig().state_buckets
+    buckets = STATE_BUCKETS
     curves = {m["label"]: [projection(m, args.backlog_batch, c, buckets) for c in PROJECTED_CORES]
               for m in r["modes"] if m["workers"]}
     if not curves:

@@ -648,6 +648,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    from streaming.buckets import default_buckets
     from streaming.job import RunningJob, start_job
     from streaming.parse import processor_input
     from streaming.pyspark_hooks import JsonProgressListener
@@ -697,6 +698,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         spark = get_session(config.stream, app_name="replmon-bench")
         print(f"spark session up {time.monotonic() - started:.0f}s after the start", flush=True)
+        # the job's bucket count: the one set, or what a new checkpoint of the job gets (streaming.buckets)
+        results["state_buckets"] = args.state_buckets or default_buckets(
+            int(spark.conf.get("spark.sql.shuffle.partitions") or "200"))
         log = ProgressLog()
 
         class Listener(JsonProgressListener):  # the job's own way: one Py4J call per event, in every phase
@@ -740,7 +744,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         def run_baseline(run: str) -> dict[str, Any]:
             """The stateless baseline on the backlog, from its start (a fresh checkpoint per run)."""
             raw = kafka_source(spark, config)
-            baseline = (processor_input(raw, range(config.stream.state_buckets)).writeStream
+            baseline = (processor_input(raw, range(results["state_buckets"])).writeStream
                         .queryName("bench-baseline").format("noop")
                         .option("checkpointLocation", str(work / run / "checkpoint"))
                         .trigger(processingTime=f"{args.trigger} seconds").start())
@@ -1007,7 +1011,7 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         f"{args.phase_timeout:g} s after the first cycle: baselines {baseline_reads}, "
         f"job {r['job_read']:,}) in batches of "
         f"{args.backlog_batch:,} (maxOffsetsPerTrigger; live phases: rate x trigger), trigger {trig:g} s, "
-        f"{args.state_buckets} state buckets; "
+        f"{r['state_buckets']} state buckets; "
         f"the first {skip} batches of each backlog query (its first {args.warmup_cycles} cycles: every "
         "partition's state created and its first lineage learnt, and at "
         f"least {WARMUP_BATCHES}) excluded; "
@@ -1128,7 +1132,7 @@ def main() -> int:
                              "lineage learnt (the workload samples a lineage in 1 cycle of 12)")
     parser.add_argument("--heap-partitions", type=int, default=300_000)
     parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
-                        help="stream.state_buckets of the job")
+                        help="stream.state_buckets of the job (default: the job's own, per state task)")
     parser.add_argument("--series-budget", type=int, default=StreamConfig().series_budget,
                         help="stream.series_budget of the job (each bucket's candidates: its first this many)")
     parser.add_argument("--drain", type=float, default=30, help="seconds to wait for the job after the live phase")

@@ -6,6 +6,11 @@ state key, is ``bucket_ids[bucket]``. Spark sends each id to one of the state qu
 state stage of every micro-batch waits for the task with 20 (docs/benchmarks.md, "Streaming job"). A new
 checkpoint gets ids chosen so that each task holds as many buckets as the others.
 
+A new checkpoint gets ``stream.state_buckets`` buckets, or, unset, :func:`default_buckets` of the state query's
+tasks: few buckets per task, because every bucket a micro-batch reaches costs a fixed share of it whatever its size
+(its state value loaded and saved, its round trips between the Python worker and the JVM, the steps' fixed cost),
+and more than one per task, so that the state can move to more tasks later (a bucket is never split).
+
 The bucket count is fixed for the life of a checkpoint: a partition hashed into another bucket would start from
 an empty state there (its history gone) while the old bucket kept reporting it, STALE. The layout is written next
 to the checkpoint (:data:`LAYOUT_FILE`, on the checkpoint's filesystem) and a configuration that no longer
@@ -59,6 +64,20 @@ class BucketLayout(BaseModel):
     """The query this one replaced (its state seeds this one's first micro-batch); None for the first."""
 
 
+BUCKETS_PER_TASK = 8
+"""A new checkpoint's buckets per state task, unless ``stream.state_buckets`` says otherwise: on this project's
+2-core bench, 16 buckets processed ~17% more samples per second than 32 (docs/benchmarks.md, "Streaming job"),
+and 8 per task leave room for the state to move to 8 times the tasks."""
+MIN_BUCKETS = 8
+LEGACY_BUCKETS = 32
+"""The bucket count of every checkpoint written before layouts were recorded (the default then)."""
+
+
+def default_buckets(tasks: int) -> int:
+    """A new checkpoint's bucket count for a state query of ``tasks`` tasks (:data:`BUCKETS_PER_TASK`)."""
+    return min(65536, max(MIN_BUCKETS, BUCKETS_PER_TASK * tasks))
+
+
 def balanced_ids(task_of: Sequence[int], buckets: int, tasks: int) -> list[int]:
     """``buckets`` ids, round robin over the ``tasks`` tasks: the k-th bucket gets the smallest unused id whose
     task (``task_of[id]``) is ``k % tasks``. ``task_of`` must hold enough ids of each task."""
@@ -86,11 +105,12 @@ def _recorded(checkpoint: HadoopDirectory) -> tuple[int, str] | None:
     return max(found, default=None)
 
 
-def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_buckets: int,
+def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_buckets: int | None,
                    parallelism: int | None = None) -> BucketLayout:
-    """The checkpoint's bucket layout: the recorded one (refused when ``state_buckets`` changed), or, recorded
-    now, that of a checkpoint written before layouts were (ids 0..state_buckets-1: the configured count is taken
-    to be the one it was written with) or a new balanced one for a new checkpoint. ``parallelism`` (the configured
+    """The checkpoint's bucket layout: the recorded one (refused when ``state_buckets`` is set and differs), or,
+    recorded now, that of a checkpoint written before layouts were (ids 0..n-1, n the configured count, or
+    :data:`LEGACY_BUCKETS` unset: the count it was written with) or a new balanced one for a new checkpoint
+    (``state_buckets``, or :func:`default_buckets` of the state query's tasks). ``parallelism`` (the configured
     ``stream.state_parallelism``) other than the tasks the state query last committed with: the next generation,
     a new query seeded from that commit (streaming.reshard)."""
     found = _recorded(checkpoint)
@@ -104,20 +124,21 @@ def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_bucke
         if len(set(layout.bucket_ids)) != layout.state_buckets:
             raise ReplmonError(f"the state bucket layout {path} is damaged: {len(set(layout.bucket_ids))} distinct "
                                f"bucket ids for {layout.state_buckets} buckets")
-        if layout.state_buckets != state_buckets:
+        if state_buckets is not None and layout.state_buckets != state_buckets:
             raise ReplmonError(
                 f"stream.state_buckets is {state_buckets}, but the checkpoint {checkpoint.location} holds its "
                 f"partitions in {layout.state_buckets} buckets: rehashing them would lose their state. Set "
-                f"state_buckets back to {layout.state_buckets}, or give the job a new checkpoint_dir (it starts afresh "
-                "there).")
+                f"state_buckets back to {layout.state_buckets} (or leave it unset: the checkpoint's count), or give "
+                "the job a new checkpoint_dir (it starts afresh there).")
         return layout if parallelism is None else _resharded(spark, checkpoint, generation, layout, parallelism)
     if checkpoint.is_dir("state/offsets"):  # a checkpoint of a replmon that did not record its layout
-        layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=None,
-                              bucket_ids=list(range(state_buckets)))
+        count = state_buckets if state_buckets is not None else LEGACY_BUCKETS
+        layout = BucketLayout(state_buckets=count, shuffle_partitions=None, bucket_ids=list(range(count)))
     else:
         tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
-        layout = BucketLayout(state_buckets=state_buckets, shuffle_partitions=tasks,
-                              bucket_ids=new_bucket_ids(spark, state_buckets, tasks))
+        count = state_buckets if state_buckets is not None else default_buckets(tasks)
+        layout = BucketLayout(state_buckets=count, shuffle_partitions=tasks,
+                              bucket_ids=new_bucket_ids(spark, count, tasks))
     checkpoint.create(LAYOUT_FILE, layout.model_dump_json().encode())
     return layout if parallelism is None else _resharded(spark, checkpoint, 0, layout, parallelism)
 

@@ -13,7 +13,14 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from replmon.core.errors import ReplmonError
-from streaming.buckets import LAYOUT_FILE, BucketLayout, balanced_ids, resolve_layout
+from streaming.buckets import (
+    LAYOUT_FILE,
+    LEGACY_BUCKETS,
+    BucketLayout,
+    balanced_ids,
+    default_buckets,
+    resolve_layout,
+)
 from streaming.parse import processor_input
 from streaming.storage import HadoopDirectory
 from tests.test_stream_parsing import KAFKA_RECORD, partition_sample
@@ -67,6 +74,31 @@ def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tas
     first = buckets()
     assert sorted(first) == list(range(2000)) and set(first.values()) == set(layout.bucket_ids)
     assert buckets() == first
+
+
+def test_a_new_checkpoint_s_default_count_is_a_few_buckets_per_state_task() -> None:
+    assert [default_buckets(tasks) for tasks in (1, 2, 4, 16, 10_000)] == [8, 16, 32, 128, 65536]
+
+
+@pytest.mark.spark
+def test_an_unset_bucket_count_is_the_checkpoint_s_own(two_tasks: SparkSession, tmp_path: Path) -> None:
+    """Unset: a new checkpoint gets the default count of its state tasks, balanced and recorded; a job on it
+    with the count unset, or set to the recorded one, goes on with the recorded layout (a checkpoint written
+    under another default keeps its count); a checkpoint written before layouts were recorded has the count of
+    its time."""
+    new = HadoopDirectory(two_tasks, str(tmp_path / "new"))
+    layout = resolve_layout(two_tasks, new, None)
+    assert layout.state_buckets == default_buckets(2) == 16 and layout.shuffle_partitions == 2
+    assert shuffle_tasks(two_tasks, layout.bucket_ids) == Counter({0: 8, 1: 8})
+    assert resolve_layout(two_tasks, new, None) == resolve_layout(two_tasks, new, 16) == layout
+    older = HadoopDirectory(two_tasks, str(tmp_path / "older"))
+    thirty_two = resolve_layout(two_tasks, older, 32)  # a checkpoint of the default before: 32 buckets
+    assert resolve_layout(two_tasks, older, None) == thirty_two and thirty_two.state_buckets == 32
+    unrecorded = tmp_path / "unrecorded"
+    (unrecorded / "state" / "offsets").mkdir(parents=True)
+    legacy = resolve_layout(two_tasks, HadoopDirectory(two_tasks, str(unrecorded)), None)
+    assert legacy == BucketLayout(state_buckets=LEGACY_BUCKETS, shuffle_partitions=None,
+                                  bucket_ids=list(range(LEGACY_BUCKETS)))
 
 
 @pytest.mark.spark

@@ -219,11 +219,12 @@ class StreamConfig(_Section):
     history_dir: str = Field(default_factory=lambda: str(state_dir() / "stream" / "history"))
     """The Parquet history of events and partitions: a local directory or a Hadoop filesystem URI, like
     checkpoint_dir."""
-    state_buckets: int = Field(default=32, ge=1, le=65536)
+    state_buckets: int | None = Field(default=None, ge=1, le=65536)
     """Partitions are hashed into this many state buckets, one state value each. Every bucket that gets a
-    sample costs a fixed ~9 ms of Python worker time per micro-batch (docs/benchmarks.md, "Streaming job":
-    256 buckets took a third of the throughput of 32); 32 keep a bucket near 10k partitions at 300k. Fixed for
-    the life of a checkpoint (streaming.buckets): a job started with another count on it is refused."""
+    sample costs a fixed share of each micro-batch, whatever its size (docs/benchmarks.md, "Streaming job": 256
+    buckets took a third of the throughput of 32 on 2 cores, 16 ~17% more than 32). None (the default): the
+    checkpoint's own count; a new checkpoint gets 8 per state task, at least 8 (streaming.buckets). Fixed for the
+    life of a checkpoint: a job started on it with another count set is refused."""
     starting_offsets: Literal["earliest", "latest"] = "latest"
     """Where a job without a checkpoint starts reading the samples topic; later runs resume from the checkpoint."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
