@@ -154,7 +154,7 @@ def main(argv: list[str]) -> int:
                 if rate > 0:
                     due = start + sent / rate
                     if due > time.monotonic():
-                        time.sleep(due - time.monotonic())
+                        time.sleep(max(0.0, due - time.monotonic()))  # the clock moved since the check
                 now = time.monotonic()
                 if duration > 0 and now - start > duration:
                     cycle = -1

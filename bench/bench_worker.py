@@ -2,15 +2,16 @@
 step, with every sample through :mod:`streaming.detect`'s step against the steady columns (:mod:`streaming.steady`),
 and with the samples as JSON records against ``partition_batch/v1`` batches; and the collector's encoding of each.
 
-    .venv/bin/python bench/bench_worker.py [--partitions 25000] [--buckets 8] [--warmup-cycles 13] [--cycles 19]
+    .venv/bin/python bench/bench_worker.py [--partitions 25000] [--buckets 4] [--warmup-cycles 13] [--cycles 19]
                                            [--rounds 3] [--no-write]
 
 No Spark and no Kafka: the collector's encoding and the processor's code as the workers run it, in one process.
 A cluster of ``--partitions`` partitions of replication factor 3 is sampled ``--cycles`` times as
 bench_stream.py's producer samples it (offsets moving, 1 partition in 1,000 with a shrunk ISR per cycle, a lineage
-in 1 sample of 12); the state of one of its ``--buckets`` buckets is kept (3,125 partitions by default, as
-100,000 partitions in 32 buckets). The first ``--warmup-cycles`` are not timed: every state is created, then
-every partition's first steady sample and its first lineage (a lineage the state holds already is steady).
+in 1 sample of 12); the state of one of its ``--buckets`` buckets is kept (6,250 partitions by default, as
+100,000 partitions in the 16 buckets of a new checkpoint on ``local[2]``). The first ``--warmup-cycles`` are not
+timed: every state is created, then every partition's first steady sample and its first lineage (a lineage the
+state holds already is steady).
 Steps, in microseconds per sample (CPU of this process, the minimum over ``--rounds`` rounds):
 
 * encode: the collector's records of the whole cluster (``to_json`` per sample; batches of up to 2,000);
@@ -211,7 +212,7 @@ def plot(results: dict[str, dict[str, float]], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--partitions", type=int, default=25_000)
-    parser.add_argument("--buckets", type=int, default=8)
+    parser.add_argument("--buckets", type=int, default=4)
     parser.add_argument("--warmup-cycles", type=int, default=13)
     parser.add_argument("--cycles", type=int, default=19)
     parser.add_argument("--rounds", type=int, default=3)

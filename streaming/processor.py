@@ -1,11 +1,11 @@
 """The stateful heart of the job: samples of a state bucket in, events and per-partition metrics out.
 
-Partitions are hashed into ``stream.state_buckets`` buckets; each bucket keeps ONE state value, the pickled and
-compressed map ``(cluster, topic, partition) -> its PartitionState as bytes`` (:func:`streaming.state.dump_state`)
-of its partitions (:class:`PackedTable`: a batch unpickles and pickles again only the partitions it reaches). Per-key
-state calls from Python cost ~1 ms each, so a key per partition would cap the job at a few thousand samples per
-second; a bucket costs one read and one write per micro-batch whatever its size (with the rest of a bucket call,
-~9 ms: hence few buckets).
+Partitions are hashed into ``stream.state_buckets`` buckets; each bucket keeps ONE state value, its table
+(:class:`~streaming.table.ColumnarTable`: the steady partitions as columns, every other partition's state pickled
+on its own). Per-key state calls from Python cost ~1 ms each, so a key per partition would cap the job at a few
+thousand samples per second; a bucket costs one read and one write per micro-batch whatever its size (with the
+rest of a bucket call, ~20 ms of the worker's CPU and its round trips to the JVM: hence few buckets,
+streaming.buckets).
 The detection itself is :mod:`streaming.detect` (pure, tested without Spark); this module only moves rows in
 and out of it.
 
@@ -457,8 +457,15 @@ def _steady_batch(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str
 def output_of(rows: list[dict[str, Any]], steady: dict[str, Any] | None = None) -> pa.RecordBatch:
     """Every output of a bucket's steps as rows (:class:`BucketOutput`'s rows, then the steady step's metrics),
     none chosen (for tests and tools: what a bucket call would give without :func:`serve`)."""
-    parts = [rows_batch(rows)] + ([] if steady is None else [_steady_batch(steady, None, {})])
-    return pa.concat_batches(parts) if len(parts) > 1 else parts[0]
+    return _concat([rows_batch(rows)] + ([] if steady is None else [_steady_batch(steady, None, {})]))
+
+
+def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
+    """One batch of the rows of ``batches`` (all in :data:`OUTPUT_ARROW`), in order."""
+    if len(batches) == 1:
+        return batches[0]
+    return pa.RecordBatch.from_arrays([pa.concat_arrays([b.column(i) for b in batches])
+                                       for i in range(len(OUTPUT_ARROW))], schema=OUTPUT_ARROW)
 
 
 def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget: int, run: str,
@@ -522,7 +529,7 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
               if any(b.num_rows for b in driver_batches) else None)
     message = _message(served, stay, bucket, left, history) | {"served_rows": stream}
     stay_batches.insert(0, rows_batch([*stay, message]))
-    return pa.concat_batches(stay_batches) if len(stay_batches) > 1 else stay_batches[0]
+    return _concat(stay_batches)
 
 
 def served_rows(buckets: pd.DataFrame) -> pd.DataFrame:

@@ -41,7 +41,7 @@ pytestmark = [pytest.mark.spark]
 
 ENTRY_BYTES = 2_000_000
 """What each micro-batch adds to the bucket's table: a partition state holding that many random characters
-(incompressible), so that the stored table grows by at least as much (300k partitions in the default 32 buckets
+(incompressible), so that the stored table grows by at least as much (300k partitions in 32 buckets
 make ~2 MB tables)."""
 OUTPUT = StructType([StructField("entries_before", LongType()), StructField("table_bytes", LongType())])
 
