@@ -92,7 +92,7 @@ def timed(call: Callable[[], Any]) -> tuple[float, Any]:
 
 def driver_steps(config_path: Path) -> dict[str, float]:
     """The driver's set-up steps in this process, on the job's configuration."""
-    from streaming.buckets import task_of_ids
+    from streaming.buckets import default_buckets, state_tasks, task_of_ids
     from streaming.parse import processor_input
     from streaming.session import get_session
     from streaming.source import kafka_source
@@ -100,12 +100,13 @@ def driver_steps(config_path: Path) -> dict[str, float]:
     config = load_config(config_path)
     session_s, spark = timed(lambda: get_session(config.stream, "replmon-bench-startup"))
     try:
-        buckets = list(range(config.stream.state_buckets))
+        count = config.stream.state_buckets or default_buckets(state_tasks(spark))
+        buckets = list(range(count))
         source_s, raw = timed(lambda: kafka_source(spark, config, None))
         with counted_py4j_calls() as calls:
             input_s, _ = timed(lambda: processor_input(raw, buckets))
             input_calls = calls[0]
-        layout_s, _ = timed(lambda: task_of_ids(spark, config.stream.state_buckets * 8, 2))
+        layout_s, _ = timed(lambda: task_of_ids(spark, count * 8, 2))
     finally:
         spark.stop()
     return {"session_s": session_s, "source_s": source_s, "input_calls": input_calls, "input_s": input_s,

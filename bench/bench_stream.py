@@ -648,7 +648,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from streaming.buckets import default_buckets
+    from streaming.buckets import default_buckets, state_tasks
     from streaming.job import RunningJob, start_job
     from streaming.parse import processor_input
     from streaming.pyspark_hooks import JsonProgressListener
@@ -699,8 +699,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         spark = get_session(config.stream, app_name="replmon-bench")
         print(f"spark session up {time.monotonic() - started:.0f}s after the start", flush=True)
         # the job's bucket count: the one set, or what a new checkpoint of the job gets (streaming.buckets)
-        results["state_buckets"] = args.state_buckets or default_buckets(
-            int(spark.conf.get("spark.sql.shuffle.partitions") or "200"))
+        results["state_buckets"] = args.state_buckets or default_buckets(state_tasks(spark))
         log = ProgressLog()
 
         class Listener(JsonProgressListener):  # the job's own way: one Py4J call per event, in every phase

@@ -73,6 +73,11 @@ LEGACY_BUCKETS = 32
 """The bucket count of every checkpoint written before layouts were recorded (the default then)."""
 
 
+def state_tasks(spark: SparkSession) -> int:
+    """The tasks a new state query gets (``spark.sql.shuffle.partitions``, which streaming.session sets)."""
+    return int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
+
+
 def default_buckets(tasks: int) -> int:
     """A new checkpoint's bucket count for a state query of ``tasks`` tasks (:data:`BUCKETS_PER_TASK`)."""
     return min(65536, max(MIN_BUCKETS, BUCKETS_PER_TASK * tasks))
@@ -135,7 +140,7 @@ def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_bucke
         count = state_buckets if state_buckets is not None else LEGACY_BUCKETS
         layout = BucketLayout(state_buckets=count, shuffle_partitions=None, bucket_ids=list(range(count)))
     else:
-        tasks = int(spark.conf.get("spark.sql.shuffle.partitions") or "200")
+        tasks = state_tasks(spark)
         count = state_buckets if state_buckets is not None else default_buckets(tasks)
         layout = BucketLayout(state_buckets=count, shuffle_partitions=tasks,
                               bucket_ids=new_bucket_ids(spark, count, tasks))

@@ -438,6 +438,7 @@ def _steady_batch(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str
     """The steady step's metrics (all, or those ``at``) as output rows in :data:`OUTPUT_ARROW`; ``extra``: a value
     for every row. Numeric columns are taken whole, Arrow arrays as they are."""
     n = len(steady["partition"]) if at is None else len(at)
+    picks = None if at is None else pa.array(at)  # once, for every Arrow column
     constant = {"kind": KIND_PARTITION, **extra}
     arrays: list[pa.Array] = []
     for f in OUTPUT_ARROW:
@@ -447,7 +448,7 @@ def _steady_batch(steady: dict[str, Any], at: np.ndarray | None, extra: dict[str
         elif values is None:
             array = pa.nulls(n, f.type)
         elif isinstance(values, pa.Array):
-            array = values if at is None else values.take(pa.array(at))
+            array = values if picks is None else values.take(picks)
         else:
             array = pa.array(values if at is None else np.asarray(values)[at], f.type)
         arrays.append(array if array.type == f.type else array.cast(f.type))
