@@ -72,8 +72,10 @@ def test_paused_follower_gives_isr_shrink_the_gauge_drop_and_the_alert_then_expa
     pipeline: Pipeline, prometheus: Prometheus, healthy_cluster: LocalCluster, kafka_view: KafkaView,
     e2e_topic: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
-    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]})
-    producer_factory(e2e_topic).wait_acknowledged(50)  # keeps producing: an idle follower never leaves the ISR
+    # LogAppendTime: Kafka stamps each record with the leader's append time, the ground truth of the time lag below
+    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2, 3]}, configs={"message.timestamp.type": "LogAppendTime"})
+    producer = producer_factory(e2e_topic)
+    producer.wait_acknowledged(50)  # keeps producing: an idle follower never leaves the ISR
     wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 3,
                DEADLINE_S, "the ISR-size gauge at 3")
     wait_until(lambda: prometheus.query(f'replmon_topic_under_replicated_partitions{{topic="{e2e_topic}"}} == 0'),
@@ -83,21 +85,28 @@ def test_paused_follower_gives_isr_shrink_the_gauge_drop_and_the_alert_then_expa
     healthy_cluster.pause(3)
     paused_at = time.time()
     wait_until(lambda: 3 not in kafka_view.partition(e2e_topic).isr, 30, "Kafka to shrink the ISR")
-    # the follower's time lag: since the pause, as the producer's messages pile up on the leader. The metric is of
-    # a sample: it is compared with how long the follower had been paused when the collector took that sample (the
-    # cluster's newest sample time: the partition's, or up to a cycle newer), however late the job is on a loaded
-    # machine; the follower's last LEO was read up to a sampling interval before the pause
-    def lag_and_pause() -> tuple[float, float] | None:
+    # The follower's time lag: how long ago the leader's log ended at the follower's log end offset as the
+    # collector last read it (a paused broker answers no reading; its last one came up to a cycle before the
+    # pause, later still on a loaded machine). Ground truth: Kafka's append time of the first message the follower
+    # lacks, against the cluster's newest sample time (the partition's, or up to a cycle newer). The figure must
+    # follow the pause, and exceed the truth by no more than the interpolation between the leader's remembered
+    # log end offsets can (a producer writing unevenly).
+    def lag_and_truth() -> tuple[float, float] | None:
         scraped = pipeline.scrape()
         lag = metric(scraped, "replmon_replica_lag_seconds", topic=e2e_topic, partition="0", broker="3")
+        behind = metric(scraped, "replmon_replica_lag_messages", topic=e2e_topic, partition="0", broker="3")
+        leader_leo = metric(scraped, "replmon_partition_log_end_offset", topic=e2e_topic, partition="0")
         sampled = metric(scraped, "replmon_cluster_last_sample_timestamp_seconds", cluster="local")
-        if lag is None or sampled is None:
+        if lag is None or behind is None or leader_leo is None or sampled is None:
             return None
+        appended_ms = producer.appended_at_ms(0, int(leader_leo - behind))
         paused_for = sampled - paused_at
-        return (lag, paused_for) if paused_for >= 2 * FRESH_S and lag >= paused_for - FRESH_S else None
+        if appended_ms is None or paused_for < 2 * FRESH_S or lag < paused_for - FRESH_S:
+            return None
+        return lag, sampled - appended_ms / 1000
 
-    time_lag, paused_for = wait_until(lag_and_pause, DEADLINE_S, "a time lag of broker 3 that follows the pause")
-    assert time_lag <= paused_for + 1.5, (time_lag, paused_for)
+    time_lag, truth = wait_until(lag_and_truth, DEADLINE_S, "a time lag of broker 3 that follows the pause")
+    assert time_lag <= truth + 1.5, (time_lag, truth)
     shrink = pipeline.wait_event("ISR_SHRINK", of(e2e_topic, "ISR_SHRINK"))
     assert shrink["brokers"] == [3]
     assert shrink["isr"] == kafka_view.partition(e2e_topic).isr

@@ -22,9 +22,12 @@ from replmon.testbed.localcluster.dump import log_records
 
 @dataclass
 class Acknowledged:
-    """What the producer knows: sequence number -> (partition, offset) for every acknowledged message."""
+    """What the producer knows: sequence number -> (partition, offset) for every acknowledged message, and ->
+    the record's timestamp as the acknowledgement gave it (milliseconds): on a topic with
+    ``message.timestamp.type=LogAppendTime``, when the leader appended it, by the broker's clock."""
 
     offsets: dict[int, tuple[int, int]] = field(default_factory=dict)
+    timestamps_ms: dict[int, int] = field(default_factory=dict)
     failed: int = 0
 
     def in_partition(self, partition: int) -> dict[int, int]:
@@ -115,6 +118,7 @@ class SequencedProducer:
     def _on_ack(self, seq: int, metadata: Any) -> None:
         with self._lock:
             self.ack.offsets[seq] = (metadata.partition, metadata.offset)
+            self.ack.timestamps_ms[seq] = metadata.timestamp
             self._last_ack = time.monotonic()
 
     def _on_error(self, _exc: BaseException) -> None:
@@ -167,6 +171,13 @@ class SequencedProducer:
     def acknowledged(self) -> dict[int, tuple[int, int]]:
         with self._lock:
             return dict(self.ack.offsets)
+
+    def appended_at_ms(self, partition: int, offset: int) -> int | None:
+        """The acknowledged timestamp of the message at ``offset`` of ``partition`` (its log append time on a
+        LogAppendTime topic), None while no acknowledged message has that offset."""
+        with self._lock:
+            return next((self.ack.timestamps_ms[seq] for seq, at in self.ack.offsets.items()
+                         if at == (partition, offset)), None)
 
     def committed_acknowledged(self) -> dict[int, tuple[int, int]]:
         """The acknowledgements that prove their message committed (:func:`proven_committed`)."""
