@@ -66,8 +66,8 @@ class BucketLayout(BaseModel):
 
 BUCKETS_PER_TASK = 8
 """A new checkpoint's buckets per state task, unless ``stream.state_buckets`` says otherwise: on this project's
-2-core bench, 16 buckets processed ~17% more samples per second than 32 (docs/benchmarks.md, "Streaming job"),
-and 8 per task leave room for the state to move to 8 times the tasks."""
+2-core bench, 16 buckets processed 5-31% more samples per second than 32 (three pairs back to back;
+docs/benchmarks.md, "Streaming job"), and 8 per task leave room for the state to move to 8 times the tasks."""
 MIN_BUCKETS = 8
 LEGACY_BUCKETS = 32
 """The bucket count of every checkpoint written before layouts were recorded (the default then)."""

@@ -222,7 +222,7 @@ class StreamConfig(_Section):
     state_buckets: int | None = Field(default=None, ge=1, le=65536)
     """Partitions are hashed into this many state buckets, one state value each. Every bucket that gets a
     sample costs a fixed share of each micro-batch, whatever its size (docs/benchmarks.md, "Streaming job": 256
-    buckets took a third of the throughput of 32 on 2 cores, 16 ~17% more than 32). None (the default): the
+    buckets took a third of the throughput of 32 on 2 cores, 16 5-31% more than 32). None (the default): the
     checkpoint's own count; a new checkpoint gets 8 per state task, at least 8 (streaming.buckets). Fixed for the
     life of a checkpoint: a job started on it with another count set is refused."""
     starting_offsets: Literal["earliest", "latest"] = "latest"
