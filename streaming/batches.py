@@ -70,7 +70,9 @@ def read_batch(value: bytes) -> pa.Table:
             raise BatchError(f"{UNKNOWN_FIELD}:{field.name}")
     if table.num_rows > MAX_BATCH_ENTRIES:
         raise BatchError(OVERSIZED_BATCH)
-    return table.select(ARROW_SCHEMA.names).combine_chunks()
+    # the contract's schema itself: a writer may have marked a field non-nullable, and records of two such
+    # schemas would not concatenate
+    return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA).combine_chunks()
 
 
 def _numpy(array: pa.Array, fill: Any) -> np.ndarray:
@@ -183,18 +185,40 @@ def entry_json(table: pa.Table, row: int) -> str:
 def _valid_entries(value: bytes) -> tuple[pa.Table | None, list[tuple[str, str]]]:
     """A batch record's valid entries (None for none), and ``(reason, entry JSON)`` per entry it quarantines (the
     whole record: one, with an empty entry)."""
-    try:
-        table = read_batch(value)
-    except BatchError as exc:
-        return None, [(str(exc), "")]
-    reasons = entry_reasons(table)
+    tables, quarantined = _valid_tables([value])
+    return (tables[0] if tables else None), [(reason, entry) for _, reason, entry in quarantined]
+
+
+def _valid_tables(values: Sequence[bytes]) -> tuple[list[pa.Table], list[tuple[int, str, str]]]:
+    """The valid entries of batch records: a table of them (none when no record has any), and ``(record index,
+    reason, entry JSON)`` per entry or whole record (with an empty entry) quarantined, in the records' order. The
+    entries of all the records are checked at once: a check costs ~2.5 ms per call whatever the entries, and a
+    collector's cycle of a small cluster is up to 16 records of a few entries each (BATCH_GROUPS)."""
+    tables: list[pa.Table] = []
+    owners: list[int] = []
+    quarantined: list[tuple[int, str, str]] = []
+    for index, value in enumerate(values):
+        try:
+            table = read_batch(value)
+        except BatchError as exc:
+            quarantined.append((index, str(exc), ""))
+            continue
+        if table.num_rows:
+            tables.append(table)
+            owners.append(index)
+    if not tables:
+        return [], quarantined
+    whole = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
+    reasons = entry_reasons(whole)
     bad = [row for row, reason in enumerate(reasons) if reason is not None]
-    quarantined = [(str(reasons[row]), entry_json(table, row)) for row in bad]
     if bad:
-        keep = np.ones(table.num_rows, bool)
+        record_of = np.repeat(np.asarray(owners), [t.num_rows for t in tables])
+        quarantined += [(int(record_of[row]), str(reasons[row]), entry_json(whole, row)) for row in bad]
+        quarantined.sort(key=lambda q: q[0])  # stable: a record's entries keep their order
+        keep = np.ones(whole.num_rows, bool)
         keep[bad] = False
-        table = table.filter(pa.array(keep))
-    return (table if table.num_rows else None), quarantined
+        whole = whole.filter(pa.array(keep))
+    return ([whole] if whole.num_rows else []), quarantined
 
 
 def _by_bucket(table: pa.Table, bucket_ids: Sequence[int]) -> dict[int, pa.Table]:
@@ -224,16 +248,10 @@ def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
     """Batch records split by bucket: one IPC stream per bucket with its entries of all the records, in the
     records' order (a bucket then reads one stream per task, not one per record), and ``(record index, reason,
     entry JSON)`` per quarantined entry or record."""
-    tables: list[pa.Table] = []
-    quarantined: list[tuple[int, str, str]] = []
-    for index, value in enumerate(values):
-        table, bad = _valid_entries(value)
-        if table is not None:
-            tables.append(table)
-        quarantined += [(index, reason, entry) for reason, entry in bad]
+    tables, quarantined = _valid_tables(values)
     if not tables:
         return {}, quarantined
-    shares = _by_bucket(pa.concat_tables(tables) if len(tables) > 1 else tables[0], bucket_ids)
+    shares = _by_bucket(tables[0], bucket_ids)
     return {bucket_id: write_stream(share) for bucket_id, share in shares.items()}, quarantined
 
 

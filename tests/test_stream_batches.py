@@ -15,7 +15,15 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
 import streaming.batches as batches
-from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, encode_batch, entries, is_batch, write_stream
+from replmon.contracts.batches import (
+    ARROW_SCHEMA,
+    BATCH_SCHEMA,
+    encode_batch,
+    entries,
+    is_batch,
+    read_stream,
+    write_stream,
+)
 from replmon.contracts.samples import EpochEntry, PartitionSample, ReplicaError, ReplicaOffsets, to_json
 from streaming.batches import (
     BATCH,
@@ -113,6 +121,35 @@ def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> N
     assert quarantined == [(1, MALFORMED_BATCH, "")]  # the record's index among those split
     assert {bucket: [e["partition"] for e in entries(read_batch(share))] for bucket, share in shares.items()} == {
         bucket: [p for p in (0, 1, 2, 0, 1, 2) if [4, 9][buckets_of(table, 2)[p]] == bucket] for bucket in shares}
+
+
+def test_a_task_s_records_checked_together_give_each_record_s_own_outcome() -> None:
+    """split_records checks the entries of all its records at once: each record's entries are kept or quarantined
+    (with that record's index) as that record checked alone gives them, in the records' order; a record whose
+    writer marked its fields non-nullable goes with the rest."""
+    good = encode_batch([sample(p) for p in range(4)])
+    mixed = encode_batch([sample(10), invalid(partition=-1), sample(11), invalid(isr=[1, -2])])
+    strict_table = read_batch(encode_batch([sample(p, topic="payments") for p in range(3)]))
+    strict = write_stream(strict_table.cast(pa.schema(
+        [f.with_nullable(f.name not in ("cluster", "topic", "partition")) for f in strict_table.schema],
+        metadata=ARROW_SCHEMA.metadata)))
+    assert not read_stream(strict).schema.field("cluster").nullable
+    also_bad = encode_batch([invalid(cluster=""), sample(20, topic="audit")])
+    values = [good, mixed, good[: len(good) // 2], strict, also_bad, encode_batch([invalid(leader=None)])]
+    ids = [3, 7, 8]
+    shares, quarantined = split_records(values, ids)
+
+    alone = [split_batch(value, ids) for value in values]
+    assert quarantined == [(index, reason, entry) for index, (_, bad) in enumerate(alone) for reason, entry in bad]
+    assert [(i, reason) for i, reason, _ in quarantined] == [
+        (1, "out_of_range:partition"), (1, "out_of_range:isr[]"), (2, MALFORMED_BATCH), (4, "bad_length:cluster"),
+        (5, "missing_field:leader")]
+    expected: dict[int, list[dict[str, Any]]] = {}
+    for kept, _ in alone:
+        for bucket, table in kept.items():
+            expected.setdefault(bucket, []).extend(entries(table))
+    assert {bucket: entries(read_batch(share)) for bucket, share in shares.items()} == expected
+    assert sum(map(len, expected.values())) == 4 + 2 + 3 + 1
 
 
 def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> None:
