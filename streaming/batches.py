@@ -185,12 +185,12 @@ def entry_json(table: pa.Table, row: int) -> str:
 def _valid_entries(value: bytes) -> tuple[pa.Table | None, list[tuple[str, str]]]:
     """A batch record's valid entries (None for none), and ``(reason, entry JSON)`` per entry it quarantines (the
     whole record: one, with an empty entry)."""
-    tables, quarantined = _valid_tables([value])
-    return (tables[0] if tables else None), [(reason, entry) for _, reason, entry in quarantined]
+    table, quarantined = _valid_records([value])
+    return table, [(reason, entry) for _, reason, entry in quarantined]
 
 
-def _valid_tables(values: Sequence[bytes]) -> tuple[list[pa.Table], list[tuple[int, str, str]]]:
-    """The valid entries of batch records: a table of them (none when no record has any), and ``(record index,
+def _valid_records(values: Sequence[bytes]) -> tuple[pa.Table | None, list[tuple[int, str, str]]]:
+    """The valid entries of batch records, in one table (None when no record has any), and ``(record index,
     reason, entry JSON)`` per entry or whole record (with an empty entry) quarantined, in the records' order. The
     entries of all the records are checked at once: a check costs ~2.5 ms per call whatever the entries, and a
     collector's cycle of a small cluster is up to 16 records of a few entries each (BATCH_GROUPS)."""
@@ -207,7 +207,7 @@ def _valid_tables(values: Sequence[bytes]) -> tuple[list[pa.Table], list[tuple[i
             tables.append(table)
             owners.append(index)
     if not tables:
-        return [], quarantined
+        return None, quarantined
     whole = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
     reasons = entry_reasons(whole)
     bad = [row for row, reason in enumerate(reasons) if reason is not None]
@@ -218,7 +218,7 @@ def _valid_tables(values: Sequence[bytes]) -> tuple[list[pa.Table], list[tuple[i
         keep = np.ones(whole.num_rows, bool)
         keep[bad] = False
         whole = whole.filter(pa.array(keep))
-    return ([whole] if whole.num_rows else []), quarantined
+    return (whole if whole.num_rows else None), quarantined
 
 
 def _by_bucket(table: pa.Table, bucket_ids: Sequence[int]) -> dict[int, pa.Table]:
@@ -248,10 +248,10 @@ def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
     """Batch records split by bucket: one IPC stream per bucket with its entries of all the records, in the
     records' order (a bucket then reads one stream per task, not one per record), and ``(record index, reason,
     entry JSON)`` per quarantined entry or record."""
-    tables, quarantined = _valid_tables(values)
-    if not tables:
+    table, quarantined = _valid_records(values)
+    if table is None:
         return {}, quarantined
-    shares = _by_bucket(tables[0], bucket_ids)
+    shares = _by_bucket(table, bucket_ids)
     return {bucket_id: write_stream(share) for bucket_id, share in shares.items()}, quarantined
 
 
