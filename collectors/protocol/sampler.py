@@ -93,6 +93,8 @@ class ClusterSampler:
         self.requests_by_label: dict[str, int] = {}
         self._requests = 0
         self._metadata_broker: int | None = None
+        self._metadata_asked_ms = 0
+        """When the cycle's metadata that answered was asked for (wall clock, ms): the time of its samples."""
         self._configs_denied: list[str] = []
         self.cycle_wait_s = min(collector.request_timeout_ms / 1000,
                                 max(MIN_CYCLE_WAIT_S, collector.cycle_wait_share * collector.interval_s))
@@ -123,7 +125,6 @@ class ClusterSampler:
     def _cycle(self) -> CycleResult:
         started = time.monotonic()
         self._cycle_deadline = started + self.cycle_wait_s
-        sample_time_ms = int(time.time() * 1000)
         cycle_no = self.cycle_no
         requests_before = self._requests
         if not self.client.connected:
@@ -131,6 +132,10 @@ class ClusterSampler:
         version = self._list_offsets_version()
         early = self._ask_offsets_early(version)
         topics, metas = self._metadata()
+        # the samples' time: when the metadata that gives their leader and ISR was asked for. A cycle's start is
+        # too early when the first broker asked does not answer (a paused one): the answer of the next comes
+        # seconds later, and a shrink it shows would be dated before the controller made it.
+        sample_time_ms = self._metadata_asked_ms
         hidden = (f" (or user {self.cluster.security.username} lacks DESCRIBE on the topics it should match)"
                   if self.cluster.security.username else "")
         warnings = [f"cluster {self.cluster.name}: topic include pattern {p!r} matches no topic{hidden}"
@@ -226,6 +231,7 @@ class ClusterSampler:
         tried: list[str] = []
         for _attempt in range(2):
             broker = self._pick_broker({})
+            self._metadata_asked_ms = int(time.time() * 1000)
             try:
                 result = self._describe(broker) if use_dtp else self._metadata_from(broker)
                 self._metadata_broker = broker
