@@ -96,7 +96,9 @@ class PartitionSample(_Record):
     cycle: Count
     """The collector's cycle number: with ``sample_time_ms`` it orders the samples of one partition."""
     sample_time_ms: TimeMs
-    """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
+    """Milliseconds since the epoch, on the collector's clock, when the cycle asked for the metadata that gave the
+    partitions' leaders and ISRs (the metadata broker that answered: the cycle's start, unless the first one asked
+    did not answer)."""
     topic: str = Field(min_length=1, max_length=249)
     """The topic's name."""
     topic_id: str | None = None
@@ -192,7 +194,9 @@ class CycleSample(_Record):
     cycle: Count
     """The cycle's number."""
     sample_time_ms: TimeMs
-    """Milliseconds since the epoch, on the collector's clock, when the cycle started."""
+    """Milliseconds since the epoch, on the collector's clock, when the cycle asked for the metadata that gave the
+    partitions' leaders and ISRs (the metadata broker that answered: the cycle's start, unless the first one asked
+    did not answer)."""
     duration_ms: Count
     """How long the cycle took."""
     partitions: Count
