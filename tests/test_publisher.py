@@ -114,6 +114,8 @@ def test_while_the_samples_cluster_is_away_the_buffer_is_bounded_and_drops_count
     pub.publish([partition_sample(i) for i in range(250)])
     assert attempts.wait(10)
     assert pub.buffered == 100 and pub.dropped == 150
+    # the attempt failed inside the topic creator; the publisher's thread records the outage after it
+    wait_until(lambda: pub.outage is not None, 10, "the outage recorded", interval_s=0.01)
     assert pub.outage is not None and "samples cluster away" in pub.outage
     assert metrics.registry.get_sample_value("replmon_collector_samples_dropped_total") == 150
     assert metrics.registry.get_sample_value("replmon_collector_samples_buffered") == 100
