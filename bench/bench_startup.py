@@ -16,7 +16,7 @@ started again on it. Each start is timed, from the spawn, to:
 Then, in this process (the same code, the same machine, after the job stopped), the driver's set-up steps one by
 one: the Spark session (:func:`streaming.session.get_session`, a JVM and its SparkContext), the processor's
 input (:func:`streaming.parse.processor_input`: the Py4J calls that build its plan, counted) and a new
-checkpoint's state layout (:func:`streaming.buckets.task_of_ids`, a Spark job). Prints a table and writes the
+checkpoint's state layout (:func:`streaming.buckets.new_bucket_ids`). Prints a table and writes the
 "## Job start-up" section of docs/benchmarks.md and docs/bench_startup.png.
 """
 
@@ -92,7 +92,7 @@ def timed(call: Callable[[], Any]) -> tuple[float, Any]:
 
 def driver_steps(config_path: Path) -> dict[str, float]:
     """The driver's set-up steps in this process, on the job's configuration."""
-    from streaming.buckets import default_buckets, state_tasks, task_of_ids
+    from streaming.buckets import default_buckets, new_bucket_ids, state_tasks
     from streaming.parse import processor_input
     from streaming.session import get_session
     from streaming.source import kafka_source
@@ -106,7 +106,7 @@ def driver_steps(config_path: Path) -> dict[str, float]:
         with counted_py4j_calls() as calls:
             input_s, _ = timed(lambda: processor_input(raw, buckets))
             input_calls = calls[0]
-        layout_s, _ = timed(lambda: task_of_ids(spark, count * 8, 2))
+        layout_s, _ = timed(lambda: new_bucket_ids(count, state_tasks(spark)))
     finally:
         spark.stop()
     return {"session_s": session_s, "source_s": source_s, "input_calls": input_calls, "input_s": input_s,
@@ -147,7 +147,7 @@ def table(results: dict[str, Any]) -> list[str]:
              f"| Spark session (`get_session`: the JVM, its SparkContext) | {st['session_s']:.1f} |",
              f"| the Kafka source (`kafka_source`) | {st['source_s']:.1f} |",
              f"| the processor's input (`processor_input`: {st['input_calls']:,} Py4J calls) | {st['input_s']:.1f} |",
-             f"| a new checkpoint's layout (`task_of_ids`, a Spark job) | {st['layout_s']:.1f} |"]
+             f"| a new checkpoint's layout (`new_bucket_ids`) | {st['layout_s']:.1f} |"]
     return rows
 
 

@@ -22,11 +22,12 @@ new query with ids balanced over the new count (streaming.reshard), recorded as 
 from __future__ import annotations
 
 import re
+import struct
 from collections.abc import Sequence
 
+import mmh3
 from pydantic import BaseModel, ValidationError
 from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
 
 from replmon.core import locations
 from replmon.core.errors import ReplmonError
@@ -96,12 +97,16 @@ def balanced_ids(task_of: Sequence[int], buckets: int, tasks: int) -> list[int]:
     return [by_task[k % tasks][k // tasks] for k in range(buckets)]
 
 
-def task_of_ids(spark: SparkSession, count: int, tasks: int) -> list[int]:
-    """The state query's task of each id 0..count-1: Spark's own hash partitioning of the grouping key (Murmur3 of
-    the int, modulo the tasks), computed by Spark."""
-    ids = spark.range(count).select(F.col("id").cast("int").alias("id"))
-    rows = ids.select("id", F.pmod(F.hash("id"), F.lit(tasks)).alias("task")).orderBy("id").collect()
-    return [int(row["task"]) for row in rows]
+SPARK_HASH_SEED = 42
+"""The seed of Spark's ``hash`` (Murmur3Hash), which its hash partitioning uses."""
+
+
+def task_of_ids(count: int, tasks: int) -> list[int]:
+    """The state query's task of each id 0..count-1: Spark's hash partitioning of the int grouping key,
+    ``pmod(hash(id), tasks)``, where Spark's ``hash`` of an int is Murmur3 x86_32 of its four little-endian bytes
+    with seed 42 (tested against Spark's). Computed here: as a Spark job it was the JVM's first job, ~3 s of a new
+    checkpoint's start (docs/benchmarks.md, "Job start-up")."""
+    return [mmh3.hash(struct.pack("<i", i), SPARK_HASH_SEED) % tasks for i in range(count)]
 
 
 def _recorded(checkpoint: HadoopDirectory) -> tuple[int, str] | None:
@@ -143,7 +148,7 @@ def resolve_layout(spark: SparkSession, checkpoint: HadoopDirectory, state_bucke
         tasks = state_tasks(spark)
         count = state_buckets if state_buckets is not None else default_buckets(tasks)
         layout = BucketLayout(state_buckets=count, shuffle_partitions=tasks,
-                              bucket_ids=new_bucket_ids(spark, count, tasks))
+                              bucket_ids=new_bucket_ids(count, tasks))
     checkpoint.create(LAYOUT_FILE, layout.model_dump_json().encode())
     return layout if parallelism is None else _resharded(spark, checkpoint, 0, layout, parallelism)
 
@@ -157,18 +162,18 @@ def _resharded(spark: SparkSession, checkpoint: HadoopDirectory, generation: int
     if last is None or log.tasks(last) in (None, parallelism):
         return layout
     new = BucketLayout(state_buckets=layout.state_buckets, shuffle_partitions=parallelism,
-                       bucket_ids=new_bucket_ids(spark, layout.state_buckets, parallelism),
+                       bucket_ids=new_bucket_ids(layout.state_buckets, parallelism),
                        query=f"state-{generation + 1}",
                        resharded_from=Resharding(query=layout.query, batch=last, bucket_ids=layout.bucket_ids))
     checkpoint.create(layout_file(generation + 1), new.model_dump_json().encode())
     return new
 
 
-def new_bucket_ids(spark: SparkSession, buckets: int, tasks: int) -> list[int]:
-    """:func:`balanced_ids` over the first ids whose tasks Spark computed, as many as it takes."""
+def new_bucket_ids(buckets: int, tasks: int) -> list[int]:
+    """:func:`balanced_ids` over the first ids, as many as it takes (:func:`task_of_ids`)."""
     count = 2 * max(buckets, tasks) + 64
     while True:  # Murmur3 spreads the ids evenly over the tasks: rarely more than one round
         try:
-            return balanced_ids(task_of_ids(spark, count, tasks), buckets, tasks)
+            return balanced_ids(task_of_ids(count, tasks), buckets, tasks)
         except ValueError:
             count *= 2

@@ -4,9 +4,12 @@ storage needs, and the project's own Python for the Python workers; in local mod
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
+import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from pyspark.sql import SparkSession
@@ -105,6 +108,69 @@ def ivy_settings(cache: Path, repository: str | None = None) -> str:
     )
 
 
+def ivy_conf(ivy: Path, packages: Sequence[str]) -> dict[str, str]:
+    """The settings that have Spark resolve ``packages`` through Ivy (:func:`ivy_settings`), cached in ``ivy``."""
+    ivy.mkdir(parents=True, exist_ok=True)
+    settings = ivy / "ivysettings.xml"
+    settings.write_text(ivy_settings(ivy, os.environ.get(MAVEN_REPOSITORY_ENV)))
+    return {"spark.jars.ivy": str(ivy), "spark.jars.ivySettings": str(settings),
+            "spark.jars.packages": ",".join(packages)}
+
+
+RESOLVED = "resolved.json"
+"""In the Ivy cache: the packages Spark resolved there and the jars it resolved them to (:func:`remember_jars`)."""
+
+
+def resolved_jars(ivy: Path, packages: Sequence[str], bundled: frozenset[str] = frozenset()) -> list[str] | None:
+    """The jars Spark resolved ``packages`` to at an earlier start, without those named in ``bundled`` (Spark's own
+    jars); None when these packages were not resolved in ``ivy`` yet or one of their jars is gone.
+
+    Spark resolves packages through Ivy at every start, from its cache: 2-3 s of the session's start, and for a
+    Python application it also copies each jar among the session's files and puts it on the Python workers'
+    path. The resolved jars given as ``spark.jars`` are the same classes without either; a jar of the same name
+    as one of Spark's own (Hadoop's client, lz4, snappy: dependencies of the Kafka connector that Spark bundles)
+    is never used, Spark's own class path being searched first (docs/benchmarks.md, "Job start-up")."""
+    try:
+        manifest = json.loads((ivy / RESOLVED).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(manifest, dict) or manifest.get("packages") != list(packages):
+        return None
+    jars = [str(j) for j in manifest.get("jars") or ()]
+    if not jars or not all(Path(j).is_file() for j in jars):
+        return None
+    return [j for j in jars if _artifact_file(j) not in bundled]
+
+
+def remember_jars(ivy: Path, packages: Sequence[str], jars: str) -> None:
+    """What Spark resolved ``packages`` to (``jars``: its ``spark.jars``, URIs or paths), for the next start
+    (:func:`resolved_jars`). Replaced at once: jobs starting together read either the old or the new list."""
+    try:
+        paths = [locations.normalize(j.strip()) for j in jars.split(",") if j.strip()]
+    except ValueError:  # not a list of files: resolved again at the next start
+        return
+    if not paths or not all(locations.is_local(p) for p in paths):
+        return
+    ivy.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=ivy, prefix=f".{RESOLVED}.", delete=False) as out:
+        json.dump({"packages": list(packages), "jars": paths}, out)
+    os.replace(out.name, ivy / RESOLVED)
+
+
+def bundled_jars() -> frozenset[str]:
+    """The jar files of the Spark this process runs (SPARK_HOME, else the pyspark package's)."""
+    import pyspark
+
+    home = Path(os.environ.get("SPARK_HOME") or Path(pyspark.__file__).parent)
+    return frozenset(p.name for p in (home / "jars").glob("*.jar"))
+
+
+def _artifact_file(jar: str) -> str:
+    """The file name Spark's own distribution gives the jar Ivy retrieved as ``jar`` (Spark's Ivy pattern names a
+    file ``organisation_artifact-revision.jar``)."""
+    return Path(jar).name.split("_", 1)[-1]
+
+
 def local_cores(master: str) -> int | None:
     """N of ``local[N]`` (``local``: 1; ``local[*]``: this host's cores); None for a cluster master."""
     if master == "local":
@@ -174,12 +240,8 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
             conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
         else:
             ivy = cache_dir() / "ivy"
-            ivy.mkdir(parents=True, exist_ok=True)
-            settings = ivy / "ivysettings.xml"
-            settings.write_text(ivy_settings(ivy, os.environ.get(MAVEN_REPOSITORY_ENV)))
-            conf["spark.jars.ivy"] = str(ivy)
-            conf["spark.jars.ivySettings"] = str(settings)
-            conf["spark.jars.packages"] = ",".join(packages)
+            jars = resolved_jars(ivy, packages, bundled_jars() if cores is not None else frozenset())
+            conf.update({"spark.jars": ",".join(jars)} if jars is not None else ivy_conf(ivy, packages))
     parallelism = state_parallelism(cfg, {**conf, **given})
     if parallelism is not None:
         conf["spark.sql.shuffle.partitions"] = str(parallelism)
@@ -233,6 +295,9 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     except Exception as exc:  # the JVM did not start or the connector did not resolve
         raise ReplmonError(f"cannot start Spark: {str(exc).splitlines()[0]}") from exc
     spark.sparkContext.setLogLevel("WARN")
+    if "spark.jars.packages" in conf:  # resolved by Ivy now: the next start takes the jars as they are
+        remember_jars(Path(conf["spark.jars.ivy"]), conf["spark.jars.packages"].split(","),
+                      spark.sparkContext.getConf().get("spark.jars", ""))
     if "spark.sql.shuffle.partitions" not in {**conf, **(submitted or {})}:  # the cores the job has now
         spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))
     return spark

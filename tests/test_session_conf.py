@@ -15,11 +15,21 @@ from streaming.session import (
     FILESYSTEM_CHECKPOINT_MANAGER,
     HADOOP_CLOUD,
     KAFKA_CONNECTOR,
+    RESOLVED,
+    bundled_jars,
     local_cores,
+    remember_jars,
     spark_conf,
 )
 
 MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+
+
+@pytest.fixture(autouse=True)
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache of the test's own: the connector not resolved yet (the machine's cache may hold a resolution)."""
+    monkeypatch.setenv("REPLMON_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path / "cache"
 
 
 def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:
@@ -107,3 +117,34 @@ def test_the_code_archive_holds_what_executors_import_and_is_rebuilt_only_when_t
     assert not [n for n in names if n.startswith(("replmon/cli/", "replmon/testbed/", "collectors/"))]
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     assert code_archive.build(tmp_path) == first and len(list(tmp_path.iterdir())) == 1
+
+
+def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark_bundles(cache: Path) -> None:
+    """Spark's Ivy resolution at every start costs seconds, and for a Python application copies each jar among
+    the session's files: once resolved, a start names the jars (local mode: those Spark bundles left out, its own
+    class path wins over them anyway); a jar gone, or other packages, and Ivy resolves again."""
+    ivy = cache / "ivy"
+    jars = ivy / "jars"
+    jars.mkdir(parents=True)
+    own = sorted(bundled_jars())
+    assert "hadoop-client-api-3.4.1.jar" in own  # pyspark's distribution, as the connector's POM names it
+    names = ["org.apache.spark_spark-sql-kafka-0-10_2.13-4.0.0.jar", "org.apache.kafka_kafka-clients-3.9.0.jar",
+             "org.apache.hadoop_hadoop-client-api-3.4.1.jar", "org.apache.commons_commons-pool2-2.12.0.jar"]
+    for name in names:
+        (jars / name).write_bytes(b"PK")
+    remember_jars(ivy, [KAFKA_CONNECTOR], ",".join(f"file://{jars / n}" for n in names))
+
+    local = spark_conf(StreamConfig())
+    assert not {"spark.jars.packages", "spark.jars.ivy", "spark.jars.ivySettings"} & set(local)
+    assert local["spark.jars"].split(",") == [str(jars / n) for n in names if "hadoop" not in n]
+    cluster = spark_conf(StreamConfig(spark_master="spark://10.0.0.5:7077"))  # executors of another Spark install
+    assert cluster["spark.jars"].split(",") == [str(jars / n) for n in names]
+    # an object store's checkpoint needs Spark's cloud module as well: not resolved yet
+    cloud = spark_conf(StreamConfig(checkpoint_dir="s3a://bucket/replmon"))
+    assert "spark.jars" not in cloud and HADOOP_CLOUD in cloud["spark.jars.packages"]
+
+    (jars / names[1]).unlink()  # the cache pruned
+    again = spark_conf(StreamConfig())
+    assert "spark.jars" not in again and again["spark.jars.packages"] == KAFKA_CONNECTOR
+    (ivy / RESOLVED).write_text("{not json")
+    assert spark_conf(StreamConfig())["spark.jars.packages"] == KAFKA_CONNECTOR

@@ -20,6 +20,7 @@ from streaming.buckets import (
     balanced_ids,
     default_buckets,
     resolve_layout,
+    task_of_ids,
 )
 from streaming.parse import processor_input
 from streaming.storage import HadoopDirectory
@@ -74,6 +75,25 @@ def test_a_new_checkpoint_gets_ids_that_split_the_buckets_evenly_between_the_tas
     first = buckets()
     assert sorted(first) == list(range(2000)) and set(first.values()) == set(layout.bucket_ids)
     assert buckets() == first
+
+
+@pytest.mark.spark
+def test_each_id_s_task_is_the_one_spark_s_hash_partitioning_gives(spark: SparkSession) -> None:
+    """The task of each id is computed without Spark (a Spark job at every new checkpoint's start cost ~3 s):
+    Spark's own ``pmod(hash(id), tasks)`` of an int, and its shuffle, are the oracles."""
+    ids = spark.range(5000).select(F.col("id").cast("int").alias("id"))
+    for tasks in (1, 2, 3, 7, 64):
+        rows = ids.select("id", F.pmod(F.hash("id"), F.lit(tasks)).alias("task")).orderBy("id").collect()
+        assert task_of_ids(5000, tasks) == [int(row["task"]) for row in rows]
+    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
+    before = {key: spark.conf.get(key) for key in keys}
+    spark.conf.set("spark.sql.shuffle.partitions", "3")
+    spark.conf.set("spark.sql.adaptive.enabled", "false")
+    try:
+        assert shuffle_tasks(spark, list(range(40))) == Counter(task_of_ids(40, 3))
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
 
 
 def test_a_new_checkpoint_s_default_count_is_a_few_buckets_per_state_task() -> None:

@@ -52,7 +52,7 @@ def test_a_new_parallelism_starts_a_new_query_balanced_over_its_tasks(spark: Spa
     assert moved.resharded_from is not None
     assert (moved.resharded_from.query, moved.resharded_from.batch) == ("state", 5)
     assert moved.resharded_from.bucket_ids == first.bucket_ids
-    assert Counter(task_of_ids(spark, max(moved.bucket_ids) + 1, 3)[i] for i in moved.bucket_ids) == Counter(
+    assert Counter(task_of_ids(max(moved.bucket_ids) + 1, 3)[i] for i in moved.bucket_ids) == Counter(
         {0: 4, 1: 4, 2: 4})
     assert "replmon-buckets-1.json" in checkpoint.list()
     # the move is remembered until the new query commits: a job stopped before that starts it again
