@@ -245,7 +245,10 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
     parallelism = state_parallelism(cfg, {**conf, **given})
     if parallelism is not None:
         conf["spark.sql.shuffle.partitions"] = str(parallelism)
+    connector = conf.get("spark.jars")
     conf.update(cfg.spark_conf)
+    if connector and cfg.spark_conf.get("spark.jars"):  # the operator's jars, and the connector's beside them
+        conf["spark.jars"] = f"{cfg.spark_conf['spark.jars']},{connector}"
     archives = given.get("spark.archives", "")
     if code_archive is not None and cores is None and f"#{ARCHIVE_ALIAS}" not in archives:  # not shipped by hand
         ship = f"{locations.spark_uri(locations.normalize(code_archive))}#{ARCHIVE_ALIAS}"
@@ -295,8 +298,8 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     except Exception as exc:  # the JVM did not start or the connector did not resolve
         raise ReplmonError(f"cannot start Spark: {str(exc).splitlines()[0]}") from exc
     spark.sparkContext.setLogLevel("WARN")
-    if "spark.jars.packages" in conf:  # resolved by Ivy now: the next start takes the jars as they are
-        remember_jars(Path(conf["spark.jars.ivy"]), conf["spark.jars.packages"].split(","),
+    if "spark.jars.ivy" in conf and "spark.jars.packages" in conf:  # resolved by Ivy now: the next start names
+        remember_jars(Path(conf["spark.jars.ivy"]), conf["spark.jars.packages"].split(","),  # the jars instead
                       spark.sparkContext.getConf().get("spark.jars", ""))
     if "spark.sql.shuffle.partitions" not in {**conf, **(submitted or {})}:  # the cores the job has now
         spark.conf.set("spark.sql.shuffle.partitions", str(spark.sparkContext.defaultParallelism))

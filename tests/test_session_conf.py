@@ -137,6 +137,8 @@ def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark
     local = spark_conf(StreamConfig())
     assert not {"spark.jars.packages", "spark.jars.ivy", "spark.jars.ivySettings"} & set(local)
     assert local["spark.jars"].split(",") == [str(jars / n) for n in names if "hadoop" not in n]
+    mine = spark_conf(StreamConfig(spark_conf={"spark.jars": "/opt/udfs.jar"}))  # the operator's own jars too
+    assert mine["spark.jars"].split(",") == ["/opt/udfs.jar", *local["spark.jars"].split(",")]
     cluster = spark_conf(StreamConfig(spark_master="spark://10.0.0.5:7077"))  # executors of another Spark install
     assert cluster["spark.jars"].split(",") == [str(jars / n) for n in names]
     # an object store's checkpoint needs Spark's cloud module as well: not resolved yet
