@@ -143,18 +143,24 @@ def resolved_jars(ivy: Path, packages: Sequence[str], bundled: frozenset[str] = 
 
 
 def remember_jars(ivy: Path, packages: Sequence[str], jars: str) -> None:
-    """What Spark resolved ``packages`` to (``jars``: its ``spark.jars``, URIs or paths), for the next start
-    (:func:`resolved_jars`). Replaced at once: jobs starting together read either the old or the new list."""
+    """What Spark resolved ``packages`` to, for the next start (:func:`resolved_jars`): the jars among ``jars``
+    (its ``spark.jars``, URIs or paths, the operator's own too) that Ivy retrieved into ``ivy``. Replaced at once:
+    jobs starting together read either the old or the new list. A cache it cannot write is only logged: the next
+    start resolves again."""
     try:
         paths = [locations.normalize(j.strip()) for j in jars.split(",") if j.strip()]
     except ValueError:  # not a list of files: resolved again at the next start
         return
-    if not paths or not all(locations.is_local(p) for p in paths):
+    retrieved = [p for p in paths if locations.is_local(p) and Path(p).is_relative_to(ivy.absolute())]
+    if not retrieved:
         return
-    ivy.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=ivy, prefix=f".{RESOLVED}.", delete=False) as out:
-        json.dump({"packages": list(packages), "jars": paths}, out)
-    os.replace(out.name, ivy / RESOLVED)
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=ivy, prefix=f".{RESOLVED}.", delete=False) as out:
+            json.dump({"packages": list(packages), "jars": retrieved}, out)
+        os.replace(out.name, ivy / RESOLVED)
+    except OSError as exc:
+        log.warning("cannot remember the Kafka connector's jars in %s (%s): the next start resolves them again",
+                    ivy, exc)
 
 
 def bundled_jars() -> frozenset[str]:

@@ -132,7 +132,8 @@ def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark
              "org.apache.hadoop_hadoop-client-api-3.4.1.jar", "org.apache.commons_commons-pool2-2.12.0.jar"]
     for name in names:
         (jars / name).write_bytes(b"PK")
-    remember_jars(ivy, [KAFKA_CONNECTOR], ",".join(f"file://{jars / n}" for n in names))
+    # Spark's spark.jars after the resolution: the operator's own jars, then those Ivy retrieved
+    remember_jars(ivy, [KAFKA_CONNECTOR], ",".join(["/opt/udfs.jar", *(f"file://{jars / n}" for n in names)]))
 
     local = spark_conf(StreamConfig())
     assert not {"spark.jars.packages", "spark.jars.ivy", "spark.jars.ivySettings"} & set(local)
@@ -149,4 +150,9 @@ def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark
     again = spark_conf(StreamConfig())
     assert "spark.jars" not in again and again["spark.jars.packages"] == KAFKA_CONNECTOR
     (ivy / RESOLVED).write_text("{not json")
+    assert spark_conf(StreamConfig())["spark.jars.packages"] == KAFKA_CONNECTOR
+    # a cache the job cannot write to: the start goes on, the next one resolves again
+    (ivy / RESOLVED).unlink()
+    (ivy / RESOLVED).mkdir()
+    remember_jars(ivy, [KAFKA_CONNECTOR], f"file://{jars / names[0]}")
     assert spark_conf(StreamConfig())["spark.jars.packages"] == KAFKA_CONNECTOR
