@@ -154,11 +154,15 @@ def remember_jars(ivy: Path, packages: Sequence[str], jars: str) -> None:
     retrieved = [p for p in paths if locations.is_local(p) and Path(p).is_relative_to(ivy.absolute())]
     if not retrieved:
         return
+    written = None
     try:
         with tempfile.NamedTemporaryFile("w", dir=ivy, prefix=f".{RESOLVED}.", delete=False) as out:
+            written = Path(out.name)
             json.dump({"packages": list(packages), "jars": retrieved}, out)
-        os.replace(out.name, ivy / RESOLVED)
+        os.replace(written, ivy / RESOLVED)
     except OSError as exc:
+        if written is not None:
+            written.unlink(missing_ok=True)
         log.warning("cannot remember the Kafka connector's jars in %s (%s): the next start resolves them again",
                     ivy, exc)
 

@@ -156,3 +156,4 @@ def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark
     (ivy / RESOLVED).mkdir()
     remember_jars(ivy, [KAFKA_CONNECTOR], f"file://{jars / names[0]}")
     assert spark_conf(StreamConfig())["spark.jars.packages"] == KAFKA_CONNECTOR
+    assert not [p.name for p in ivy.iterdir() if p.name.startswith(f".{RESOLVED}")], "no temporary file left"
