@@ -228,6 +228,9 @@ class StreamConfig(_Section):
     starting_offsets: Literal["earliest", "latest"] = "latest"
     """Where a job without a checkpoint starts reading the samples topic; later runs resume from the checkpoint."""
     max_offsets_per_trigger: int | None = Field(default=None, ge=1)
+    """Kafka records a micro-batch reads at most (Spark's maxOffsetsPerTrigger); None: all there are. A batch
+    record holds up to 2,000 samples, a JSON record one: a job catching up on a large backlog sets it
+    (docs/deploy.md, "A backlog: catching up after downtime")."""
     kafka_jars_dir: Path | None = None
     """A directory holding spark-sql-kafka-0-10 and its dependencies, for sites without Maven Central."""
     metrics_host: str = "127.0.0.1"
