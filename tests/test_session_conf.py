@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from replmon.core.config import StreamConfig
+from replmon.core.errors import ReplmonError
 from streaming import code_archive
 from streaming.session import (
     ABORTABLE_CHECKPOINT_MANAGER,
@@ -157,3 +158,17 @@ def test_the_connector_resolved_once_is_given_as_its_jars_without_the_ones_spark
     remember_jars(ivy, [KAFKA_CONNECTOR], f"file://{jars / names[0]}")
     assert spark_conf(StreamConfig())["spark.jars.packages"] == KAFKA_CONNECTOR
     assert not [p.name for p in ivy.iterdir() if p.name.startswith(f".{RESOLVED}")], "no temporary file left"
+
+
+def test_an_air_gapped_site_s_connector_directory_gives_the_jars_beside_the_operator_s(tmp_path: Path) -> None:
+    jars = tmp_path / "jars"
+    jars.mkdir()
+    for name in ("spark-sql-kafka-0-10_2.13-4.0.0.jar", "kafka-clients-3.9.0.jar"):
+        (jars / name).write_bytes(b"PK")
+    conf = spark_conf(StreamConfig(kafka_jars_dir=jars, spark_conf={"spark.jars": "/opt/udfs.jar"}))
+    assert conf["spark.jars"].split(",") == ["/opt/udfs.jar", str(jars / "kafka-clients-3.9.0.jar"),
+                                             str(jars / "spark-sql-kafka-0-10_2.13-4.0.0.jar")]
+    assert "spark.jars.packages" not in conf
+    (jars / "spark-sql-kafka-0-10_2.13-4.0.0.jar").unlink()
+    with pytest.raises(ReplmonError, match="no spark-sql-kafka-0-10 jar"):
+        spark_conf(StreamConfig(kafka_jars_dir=jars))
