@@ -58,14 +58,17 @@ def daemon_conf() -> dict[str, str]:
 
 STOP_NOISE_LOGGERS = ("org.apache.spark.broadcast.TorrentBroadcast", "org.apache.spark.scheduler.DAGScheduler",
                       "org.apache.spark.storage.BlockManager", "org.apache.spark.TaskContextImpl",
-                      "org.apache.spark.executor.Executor", "org.apache.hadoop.util.Shell")
+                      "org.apache.spark.executor.Executor",
+                      "org.apache.spark.sql.execution.datasources.FileFormatWriter", "org.apache.hadoop.util.Shell")
 """The loggers that report a micro-batch interrupted by a deliberate stop as a failure: Spark's ("Store broadcast
 ... fail", "Failed to cancel job group"; for the tasks of a batch that ran past the stop's wait, a slow first
 micro-batch for one: "Putting block ... failed due to exception TaskKilledException", "Error in
 TaskCompletionListener ... Block broadcast_N does not exist", "Exception in task" when the stop removed what a
-task still reads), and Hadoop's Shell, which warns with a stack trace when the stop
-interrupts the ``chmod`` it forks for each checkpoint file the next micro-batch creates on a local disk (without
-Hadoop's native library; a batch that falls behind its trigger starts the next at once, so a stop can land there).
+task still reads; "Aborting job" with the stack trace of its cancelled Spark job when the stop lands in the
+history's Parquet writes, which the batch's replay writes again), and Hadoop's Shell, which warns with a stack
+trace when the stop interrupts the ``chmod`` it forks for each checkpoint file the next micro-batch creates on a
+local disk (without Hadoop's native library; a batch that falls behind its trigger starts the next at once, so a
+stop can land there).
 The stop of a job is not an error."""
 
 
