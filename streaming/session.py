@@ -108,6 +108,12 @@ def ivy_settings(cache: Path, repository: str | None = None) -> str:
     )
 
 
+def ivy_dir() -> Path:
+    """Where Spark's Ivy keeps what it downloads (``cache``) and retrieves (``jars``) for the job: in replmon's
+    cache."""
+    return cache_dir() / "ivy"
+
+
 def ivy_conf(ivy: Path, packages: Sequence[str]) -> dict[str, str]:
     """The settings that have Spark resolve ``packages`` through Ivy (:func:`ivy_settings`), cached in ``ivy``."""
     ivy.mkdir(parents=True, exist_ok=True)
@@ -249,7 +255,7 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
         if cfg.kafka_jars_dir is not None:
             conf["spark.jars"] = ",".join(connector_jars(cfg.kafka_jars_dir))
         else:
-            ivy = cache_dir() / "ivy"
+            ivy = ivy_dir()
             jars = resolved_jars(ivy, packages, bundled_jars() if cores is not None else frozenset())
             conf.update({"spark.jars": ",".join(jars)} if jars is not None else ivy_conf(ivy, packages))
     parallelism = state_parallelism(cfg, {**conf, **given})

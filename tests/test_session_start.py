@@ -14,10 +14,9 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from replmon.core.paths import cache_dir
 from replmon.testbed.kafka_view import KafkaView
 from replmon.testbed.localcluster import LocalCluster
-from streaming.session import KAFKA_CONNECTOR, RESOLVED
+from streaming.session import KAFKA_CONNECTOR, RESOLVED, ivy_dir
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -59,7 +58,7 @@ def test_the_connector_is_resolved_once_then_given_as_jars(
     finally:
         producer.close()
     cache = tmp_path / "cache"
-    downloaded = cache_dir() / "ivy" / "cache"  # Ivy's downloads on this machine (prefetched): no network needed
+    downloaded = ivy_dir() / "cache"  # Ivy's downloads on this machine (prefetched): no network needed
     if downloaded.is_dir():
         shutil.copytree(downloaded, cache / "ivy" / "cache")
 

@@ -27,7 +27,6 @@ from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_event
 from replmon.cli.package import submit_command
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig, load_config
-from replmon.core.paths import cache_dir
 from replmon.testbed.harness import Pipeline, spawn_stage, transport_cluster
 from replmon.testbed.hdfs import MiniHdfs
 from replmon.testbed.kafka_view import KafkaView, wait_until
@@ -37,7 +36,7 @@ from streaming import code_archive
 from streaming.buckets import BucketLayout
 from streaming.detect import DetectConfig
 from streaming.reshard import QueryLog
-from streaming.session import KAFKA_CONNECTOR, ivy_conf
+from streaming.session import KAFKA_CONNECTOR, ivy_conf, ivy_dir
 from streaming.sinks import read_events
 from streaming.storage import HadoopDirectory
 from tests.pipeline import JOB_START_DEADLINE_S, TOPIC_PREFIX
@@ -56,7 +55,7 @@ def spark_submit(pipeline: Pipeline, master: str, work: Path) -> list[str]:
     this machine's Maven mirror (what a site's spark-defaults.conf would hold)."""
     archive = code_archive.build(work / "dist")
     words = submit_command(archive, str(pipeline.config))
-    ivy = ivy_conf(cache_dir() / "ivy", [KAFKA_CONNECTOR])
+    ivy = ivy_conf(ivy_dir(), [KAFKA_CONNECTOR])
     return [str(SPARK_HOME / "bin" / "spark-submit"), "--master", master,
             "--conf", f"spark.jars.ivy={ivy['spark.jars.ivy']}",
             "--conf", f"spark.jars.ivySettings={ivy['spark.jars.ivySettings']}", *words[1:]]
