@@ -336,8 +336,13 @@ class Partials:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Partials:
-        return cls(*(pd.DataFrame(data[scope]["data"], columns=data[scope]["columns"])
-                     for scope in ("clusters", "topics", "brokers")))
+        """The inverse of :meth:`to_dict`: a column that JSON left all null (NaN written as None) is a float
+        column of NaN again, not an object column of None (pandas' concat of such a column is deprecated)."""
+        def frame(scope: str) -> pd.DataFrame:
+            f = pd.DataFrame(data[scope]["data"], columns=data[scope]["columns"])
+            nulls = [c for c in f.columns if len(f) and f[c].dtype == object and f[c].isna().all()]
+            return f.astype(dict.fromkeys(nulls, float)) if nulls else f
+        return cls(frame("clusters"), frame("topics"), frame("brokers"))
 
     def scopes(self) -> list[tuple[str, pd.DataFrame]]:
         return [("clusters", self.clusters), ("topics", self.topics), ("brokers", self.brokers)]
