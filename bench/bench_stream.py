@@ -20,13 +20,14 @@ are counted as samples, whatever a record holds (the batch producer logs each re
 4. live: a fresh job (startingOffsets latest) while the producer paces ``--rate`` samples/s (one cycle per
    ``partitions / rate`` s) for ``--duration`` s: processed rate, sample-to-metric latency;
    then the same at a rate the job keeps up with (``--kept-fraction`` of its capacity in phase 3, or
-   ``--kept-rate``) for ``--kept-duration`` s: the latency that batching alone costs;
+   ``--kept-rate``) for ``--kept-duration`` s: the latency that batching alone costs. Both after a warm-up of
+   ``--warmup-cycles`` cycles at their rate, not measured (as the capacity's);
 5. memory: a fresh job, one cycle over ``--heap-partitions`` partitions, then driver JVM heap (after GC), JVM
    RSS, driver and Python worker RSS, state rows, partitions in the exporter.
 
 Phases 2 and 3 stop ``--phase-timeout`` s after their warm-up batches (given ``--warmup-timeout`` s), phase 5
 after ``--memory-timeout`` s, so the run stays bounded on a slow or loaded machine; they read batches of about
-``--backlog-batch`` samples (the live phase: rate x trigger).
+``--backlog-batch`` samples (the live phases: at most that or a trigger's worth of their rate, whichever is more).
 
 Capacity is samples / batch duration over the batches after the first ``--warmup-cycles`` cycles (the job
 creates every partition's state, then learns each one's lineage: one-offs of a fresh job; at least two
@@ -299,7 +300,6 @@ def check_topic_records(bootstrap: str, count: int = 20) -> None:
 class Latency:
     """Sample-to-metric latency histograms (10 ms bins) and per-batch figures, recorded in the driver."""
 
-    per_partition: np.ndarray = field(default_factory=lambda: np.zeros(int(HIST_MAX_S / HIST_STEP_S) + 1))
     per_sample: np.ndarray = field(default_factory=lambda: np.zeros(int(HIST_MAX_S / HIST_STEP_S) + 1))
     batches: list[dict[str, float]] = field(default_factory=list)
     recording: bool = False
@@ -308,13 +308,16 @@ class Latency:
 
     def reset(self) -> None:
         """A new phase: empty histograms, no previous batch."""
-        self.per_partition[:] = 0
         self.per_sample[:] = 0
         self.previous_newest_s = None
 
     def add(self, target: np.ndarray, values: np.ndarray) -> None:
-        idx = np.clip((values / HIST_STEP_S).astype(int), 0, len(target) - 1)
-        np.add.at(target, idx, 1)
+        target += self.histogram(values)
+
+    @staticmethod
+    def histogram(values: np.ndarray) -> np.ndarray:
+        bins = int(HIST_MAX_S / HIST_STEP_S) + 1
+        return np.bincount(np.clip((values / HIST_STEP_S).astype(int), 0, bins - 1), minlength=bins)
 
     @staticmethod
     def percentile(hist: np.ndarray, q: float) -> float:
@@ -342,13 +345,12 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             times = rows["sample_time_ms"].to_numpy(dtype=np.float64) / 1000
             newest = float(times.max())
             lat = now - times
-            if latency.recording:
-                latency.add(latency.per_partition, lat)
             latency.batches.append({"t": now, "batch_id": float(latency.batch_id), "rows": float(len(rows)),
                                     "newest": newest, "previous_newest": latency.previous_newest_s or newest,
                                     "newest_delay": now - newest, "p50": float(np.percentile(lat, 50)),
                                     "p95": float(np.percentile(lat, 95)), "max": float(lat.max()),
-                                    "recording": float(latency.recording)})
+                                    "recording": float(latency.recording),
+                                    "per_partition": Latency.histogram(lat) if latency.recording else None})
             latency.previous_newest_s = newest
 
     handlers: list[Any] = []
@@ -617,6 +619,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
         for key, style, color, label in figures:
             ax2.plot(offsets, [b[key] for b in batches], style, ms=3, color=color,
                      label=label if index == 0 else None)
+    for index, (_, phase) in enumerate(phases):
+        for ax in (ax1, ax2):
+            ax.axvline(phase["measured_from"] - t0, color="grey", ls="--", lw=0.8,
+                       label="a phase's warm-up ends" if index == 0 and ax is ax2 else None)
     ax2.axhline(2 * results["trigger"], color="red", ls=":", label="target p95: 2 trigger intervals")
     ax2.set_ylabel("sample-to-metric latency (s)")
     ax2.set_yscale("log")
@@ -667,8 +673,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def config_for(phase: str, starting: str, max_samples: int, stale_after_s: float = 0,
                        partitions: int = args.partitions) -> ReplmonConfig:
-            """The job's configuration for a phase; ``max_samples`` per micro-batch, as Kafka records."""
-            max_offsets = records_for(max_samples, partitions, args.transport)
+            """The job's configuration for a phase; ``max_samples`` per micro-batch, as Kafka records (0: no bound,
+            the job's default)."""
+            max_offsets = records_for(max_samples, partitions, args.transport) if max_samples else None
             return ReplmonConfig(
                 transport=TransportConfig(bootstrap_servers=bootstrap.split(","), samples_topic=SAMPLES_TOPIC,
                                           events_topic="bench.events", quarantine_topic="bench.quarantine",
@@ -822,23 +829,29 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             return job
 
         def live_phase(phase: str, rate: float, duration: float, first_cycle: int) -> dict[str, Any]:
-            """A fresh job (startingOffsets latest) while the producer paces ``rate`` samples/s for ``duration``
-            s: the processed rate, how far behind it ended and the sample-to-metric latency."""
+            """A fresh job (startingOffsets latest) while the producer paces ``rate`` samples/s for the time of
+            ``--warmup-cycles`` cycles, then ``duration`` s: the processed rate, how far behind it ended and the
+            sample-to-metric latency, over the batches after those that read the first ``--warmup-cycles`` cycles
+            (as the capacity's: the fresh job creates every partition's state and learns each one's first lineage
+            in them)."""
             # a partition is sampled once per cycle (partitions / rate s): the job's stale_after_s covers 3 cycles,
             # as an operator sampling that slowly would set it (else every partition goes STALE between samples)
             cycle_s = args.partitions / rate
+            warmup_cycles_s = args.warmup_cycles * cycle_s
             stale_after_s = max(StreamConfig().stale_after_s, 3 * cycle_s)
             out: dict[str, Any] = {"rate": rate, "duration": duration, "cycle_s": cycle_s,
                                    "stale_after_s": stale_after_s}
-            job = start_from_latest(phase, int(rate * args.trigger), stale_after_s)
+            # the job's bound is the backlog's (one max_offsets_per_trigger for all its phases), at least a
+            # trigger's worth of the offered rate
+            job = start_from_latest(phase, max(args.backlog_batch, int(rate * args.trigger)), stale_after_s)
             state_query = job.queries[0]
             live_start = time.time()
             latency.reset()
             latency.recording = True
             run_ = start_producer(work, bootstrap, phase, args.partitions, first_cycle, rate=rate,
-                                  duration=duration, churn=args.churn, transport=args.transport)
+                                  duration=warmup_cycles_s + duration, churn=args.churn, transport=args.transport)
             producers.append(run_)
-            sent, seconds, series = run_.wait(timeout_s=duration + 120)
+            sent, seconds, series = run_.wait(timeout_s=warmup_cycles_s + duration + 120)
             out["sent"], out["seconds"] = sent, seconds
             out["cycles"] = int(seconds * rate / args.partitions) + 2
             out["producer_series"] = [(t, (n - n0) / (t - t0_)) for (t0_, n0), (t, n) in itertools.pairwise(series)
@@ -852,17 +865,33 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             job.stop()
             live = [p for p in of_run(state_query) if p.get("numInputRows", 0) > 0]
             input_rows = {int(p["batchId"]): int(p["numInputRows"]) for p in live}
-            batches = [b for b in latency.batches if b["recording"] and b["t"] >= live_start]
+            # the warm-up: the batches that read the first --warmup-cycles cycles (however long they took)
+            read_before = np.cumsum([0, *(p["numInputRows"] for p in live)])[:-1]
+            measured_ids = {int(p["batchId"]) for p, before in zip(live, read_before, strict=True)
+                            if before >= args.warmup_cycles * args.partitions}
+            measured_from = out["measured_from"] = min(
+                (pd.Timestamp(p["timestamp"]).timestamp() for p in live if int(p["batchId"]) in measured_ids),
+                default=produced_until)
+            out["warmup_s"] = measured_from - live_start
+            batches = [b | {"measured": int(b["batch_id"]) in measured_ids} for b in latency.batches
+                       if b["recording"] and b["t"] >= live_start]
+            per_partition = np.zeros_like(latency.per_sample)
+            with_warmup = np.zeros_like(latency.per_sample)
             for b in batches:
                 if input_rows.get(int(b["batch_id"])):
                     # samples are stamped when built, at a constant rate: those of this batch are spread evenly
                     # between the newest sample of the previous batch and the newest of this one
                     spread = np.linspace(b["previous_newest"], b["newest"], input_rows[int(b["batch_id"])])
-                    latency.add(latency.per_sample, b["t"] - spread)
+                    latency.add(with_warmup, b["t"] - spread)
+                    if b["measured"]:
+                        latency.add(latency.per_sample, b["t"] - spread)
+                if b["measured"] and b["per_partition"] is not None:
+                    per_partition += b["per_partition"]
+                b.pop("per_partition")
             out["lag_at_end"] = counts.at(live_ends) - (counts.at(end_offsets(of_run(state_query)[-1]))
                                                         if of_run(state_query) else 0)
-            steady = [p for p in live if live_start + 10 <= pd.Timestamp(p["timestamp"]).timestamp()
-                      <= produced_until]
+            steady = [p for p in live if int(p["batchId"]) in measured_ids
+                      and pd.Timestamp(p["timestamp"]).timestamp() <= produced_until]
             span = (pd.Timestamp(steady[-1]["timestamp"]).timestamp() + steady[-1]["batchDuration"] / 1000
                     - pd.Timestamp(steady[0]["timestamp"]).timestamp()) if steady else 0
             out["processed_rate"] = sum(p["numInputRows"] for p in steady) / span if span else float("nan")
@@ -873,18 +902,23 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 if steady else {}
             out["drain_s"] = drained_at - produced_until
             out["window_s"] = drained_at - live_start
-            out["profile"] = profile_summary(profile_dir, live_start + 10, produced_until)
-            out["timings"] = [t for t in timings if live_start + 10 <= t["t"] <= produced_until]
-            delays = [b["newest_delay"] for b in batches]
+            out["profile"] = profile_summary(profile_dir, measured_from, produced_until)
+            out["timings"] = [t for t in timings if measured_from <= t["t"] <= produced_until]
+            delays = [b["newest_delay"] for b in batches if b["measured"]]
             out["latency_batch_p95"] = float(np.percentile(delays, 95)) if delays else float("nan")
-            out["latency_partition_p95"] = Latency.percentile(latency.per_partition, 95)
+            out["latency_partition_p95"] = Latency.percentile(per_partition, 95)
             out["latency_sample_p50"] = Latency.percentile(latency.per_sample, 50)
             out["latency_sample_p95"] = Latency.percentile(latency.per_sample, 95)
+            out["latency_sample_p95_with_warmup"] = Latency.percentile(with_warmup, 95)
             out["latency_batches"] = batches
             out["events"] = job.stats.events
             print(f"{phase}: produced {sent:,} in {seconds:.0f}s ({sent / seconds:,.0f}/s), processed "
                   f"{out['processed_rate']:,.0f}/s steady, {out['lag_at_end']:,} behind at the end, p95 latency "
-                  f"per sample {out['latency_sample_p95']:.2f}s", flush=True)
+                  f"per sample {out['latency_sample_p95']:.2f}s after a {out['warmup_s']:.0f}s warm-up "
+                  f"({out['latency_sample_p95_with_warmup']:.2f}s with it)", flush=True)
+            print(f"{phase}: batches (s since the phase began: rows, newest sample's latency, p95 over the "
+                  "partitions): " + ", ".join(f"{b['t'] - live_start:.0f}: {b['rows']:,.0f}, {b['newest_delay']:.1f}"
+                                              f", {b['p95']:.1f}" for b in batches), flush=True)
             return out
 
         # 4. live: the target rate offered to a job that starts with it
@@ -957,8 +991,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
                    and phase["processed_rate"] >= (0.97 * rate if target else 0.9 * produced))
         processed_ok = phase["processed_rate"] >= 0.8 * rate  # the target: >= 80,000/s live at 100,000 offered
         return [
-            (f"{what}: {rate:,.0f} samples/s offered ({produced:,.0f} produced) for {phase['duration']:.0f} s, "
-             "processed",
+            (f"{what}: {rate:,.0f} samples/s offered ({produced:,.0f} produced) for {phase['duration']:.0f} s "
+             f"after {args.warmup_cycles} cycles, processed after they were read ({phase['warmup_s']:.0f} s)",
              f"{phase['processed_rate']:,.0f} samples/s (median batch {phase['batch_s']:.1f} s; "
              f"{phase['lag_at_end']:,} behind when the producer stopped)", target, ok[processed_ok] if target else
              ("kept up" if kept_up else "**fell behind**")),
@@ -969,6 +1003,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
              "", ""),
             (f"p95 latency, newest sample of each batch ({what}, JobStats.delays_s)",
              lat(phase["latency_batch_p95"]), "", ""),
+            (f"p95 latency per sample ({what}, estimated), the warm-up included",
+             lat(phase["latency_sample_p95_with_warmup"]), "", ""),
         ]
 
     table = [
@@ -1009,7 +1045,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         f"of 6 partitions, zstd. Backlog {r['backlog']:,} samples (read within --phase-timeout "
         f"{args.phase_timeout:g} s after the first cycle: baselines {baseline_reads}, "
         f"job {r['job_read']:,}) in batches of "
-        f"{args.backlog_batch:,} (maxOffsetsPerTrigger; live phases: rate x trigger), trigger {trig:g} s, "
+        f"{args.backlog_batch:,} (maxOffsetsPerTrigger; the live phases: the same, at least rate x trigger), "
+        f"trigger {trig:g} s, "
         f"{r['state_buckets']} state buckets; "
         f"the first {skip} batches of each backlog query (its first {args.warmup_cycles} cycles: every "
         "partition's state created and its first lineage learnt, and at "
@@ -1018,9 +1055,13 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         "Capacity = samples / batch duration over the steady backlog batches (the query is never starved). The live "
         "and memory phases each run a fresh job (new checkpoint, startingOffsets latest), so neither inherits the "
         "lag of the phase before. The live phase offers the target rate for real: the job keeps up or falls "
-        "behind; its first 10 s are excluded from the processed rate. The kept-rate phase (a fresh job again) "
+        "behind. The kept-rate phase (a fresh job again) "
         f"offers {args.kept_fraction:g} x the job's backlog capacity (--kept-fraction), or --kept-rate: the "
-        "latency of a job that keeps up, which is what the batching itself costs. Samples of a partition come "
+        "latency of a job that keeps up, which is what the batching itself costs. Each of the two phases offers "
+        f"its rate for {args.warmup_cycles} cycles first, and the batches that read them are its warm-up, as the "
+        "capacity excludes them: the fresh job creates every partition's state and learns its first lineage in "
+        "them (the plot shows them); a phase's figures are of the batches after its warm-up, the last row of "
+        "each the whole phase's. Samples of a partition come "
         "once per cycle (partitions / rate): a live phase's stream.stale_after_s is 3 cycles when that is above "
         f"the default ({StreamConfig().stale_after_s:g} s), as an operator sampling that slowly would set it"
         + (f" (kept-rate phase: cycle {r['kept']['cycle_s']:.0f} s, stale_after_s {r['kept']['stale_after_s']:.0f})"
@@ -1068,7 +1109,7 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
         if prof:
             per = prof["rows_in"] / 1e6
             line += (f" In the Python workers ({prof['calls']:.0f} bucket calls, {prof['rows_in']:,.0f} partitions "
-                     "sampled: the calls' outputs, a partition sampled twice in a micro-batch counts once; "
+                     "sampled: the calls' outputs, a partition sampled more than once in a micro-batch counts once; "
                      f"~{prof['partitions_per_bucket']:.0f} partitions per bucket), seconds per million partitions "
                      "sampled: "
                      f"input {prof['input'] / per:.2f}, state load (unpickle) {prof['load'] / per:.2f}, detection "
@@ -1127,8 +1168,8 @@ def main() -> int:
     parser.add_argument("--kept-duration", type=float, default=60, help="seconds of the kept-rate phase (0: none)")
     parser.add_argument("--backlog-cycles", type=int, default=24)
     parser.add_argument("--warmup-cycles", type=int, default=12,
-                        help="backlog cycles not measured: every state created, and every partition's first "
-                             "lineage learnt (the workload samples a lineage in 1 cycle of 12)")
+                        help="cycles not measured, of the backlog and of each live phase: every state created, and "
+                             "every partition's first lineage learnt (the workload samples a lineage in 1 cycle of 12)")
     parser.add_argument("--heap-partitions", type=int, default=300_000)
     parser.add_argument("--state-buckets", type=int, default=StreamConfig().state_buckets,
                         help="stream.state_buckets of the job (default: the job's own, per state task)")
@@ -1140,7 +1181,8 @@ def main() -> int:
     parser.add_argument("--memory-timeout", type=float, default=180, help="seconds at most for the memory phase")
     parser.add_argument("--memory-batch", type=int, default=0,
                         help="samples per micro-batch of the memory phase (default: --backlog-batch)")
-    job_arguments(parser, "maxOffsetsPerTrigger of the backlog and memory phases (live: rate x trigger)")
+    job_arguments(parser, "maxOffsetsPerTrigger of the job, in samples (the memory phase: --memory-batch; the live "
+                          "phases: at least rate x trigger)")
     parser.add_argument("--stages", action="store_true",
                         help="Spark's UI on, and the job's stages on the backlog summed from its REST API")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
