@@ -673,9 +673,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         def config_for(phase: str, starting: str, max_samples: int, stale_after_s: float = 0,
                        partitions: int = args.partitions) -> ReplmonConfig:
-            """The job's configuration for a phase; ``max_samples`` per micro-batch, as Kafka records (0: no bound,
-            the job's default)."""
-            max_offsets = records_for(max_samples, partitions, args.transport) if max_samples else None
+            """The job's configuration for a phase; ``max_samples`` per micro-batch, as Kafka records."""
+            max_offsets = records_for(max_samples, partitions, args.transport)
             return ReplmonConfig(
                 transport=TransportConfig(bootstrap_servers=bootstrap.split(","), samples_topic=SAMPLES_TOPIC,
                                           events_topic="bench.events", quarantine_topic="bench.quarantine",
@@ -869,9 +868,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             read_before = np.cumsum([0, *(p["numInputRows"] for p in live)])[:-1]
             measured_ids = {int(p["batchId"]) for p, before in zip(live, read_before, strict=True)
                             if before >= args.warmup_cycles * args.partitions}
-            measured_from = out["measured_from"] = min(
+            measured_from = out["measured_from"] = next(
                 (pd.Timestamp(p["timestamp"]).timestamp() for p in live if int(p["batchId"]) in measured_ids),
-                default=produced_until)
+                produced_until)
             out["warmup_s"] = measured_from - live_start
             batches = [b | {"measured": int(b["batch_id"]) in measured_ids} for b in latency.batches
                        if b["recording"] and b["t"] >= live_start]
