@@ -71,7 +71,7 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import MATRICES, MEMBERSHIP, SteadyBatch, steady_metrics, steady_step
+from streaming.steady import MATRICES, MEMBERSHIP, SteadyBatch, SteadyColumns, steady_form, steady_metrics, steady_step
 from streaming.table import ColumnarTable, PackedTable, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -208,6 +208,17 @@ def process_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_m
     return table, out.rows + ([] if out.steady is None else steady_rows(out.steady))
 
 
+SETTLING_PASSES = 8
+"""How many times a micro-batch's remaining samples go through the steady step again after partitions reached a
+steady form in the step of :mod:`streaming.detect` (:func:`apply_bucket`): a partition whose samples alternate
+between steady and not would otherwise make a pass per sample; after these passes the step takes the rest."""
+SETTLING_WORTH = 100
+"""A pass of the steady step costs a few milliseconds per round (a round per sample of a partition: the longest
+run of samples left to one partition), a step of detect.py ~60-80 µs per sample: the partitions that reached a
+steady form go into the columns only when their remaining samples are at least this many per round (a fresh
+bucket's micro-batch: thousands of partitions; a steady one's: the few whose ISR changed, stepped on)."""
+
+
 def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms: int, *, copy: bool = True
                  ) -> tuple[Table, BucketOutput]:
     """Apply one micro-batch of a bucket's samples (pure: tested without Spark). ``samples`` has the columns
@@ -219,74 +230,216 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
 
     With a :class:`ColumnarTable`, the partition samples that change only offsets are applied to the steady columns
     at once (:mod:`streaming.steady`, a round per sample of a partition: :func:`_apply_steady`); every other record
-    takes its step of :mod:`streaming.detect`, in time order. ``copy=False`` changes ``table`` itself (the
-    processor's, loaded for this micro-batch alone), instead of a copy of it."""
+    takes its step of :mod:`streaming.detect`, in time order. A partition the step leaves in a steady form with
+    more partition samples to come in the micro-batch (a new partition's first sample, a lineage learnt, a
+    change absorbed) moves into the columns there, and the rest of its samples go through the steady step again
+    (up to :data:`SETTLING_PASSES` times, where :data:`SETTLING_WORTH` says a pass pays): a fresh job's first
+    micro-batch, every partition new, takes the step of detect.py for each partition's first sample and its first
+    lineage, not for every sample. Partitions are independent, so only each one's own samples need to stay in
+    order. ``copy=False`` changes ``table`` itself (the processor's, loaded for this
+    micro-batch alone), instead of a copy of it."""
     bad = samples["kind"] == QUARANTINED
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
     batched = samples["kind"] == BATCH
     ordered = samples[~bad & ~batched].sort_values(["sample_time_ms", "cycle"], kind="stable")
-    newest: dict[PartitionKey, PartitionMetrics] = {}
-    snapshot: set[PartitionKey] = set()
     if copy:
         table = table.copy()
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
-    part = SteadyPart()
-    if isinstance(table, ColumnarTable) and len(table.steady):
-        part = _apply_steady(table, kinds, parsed, entries, cfg, now_ms)
-        if part.records:
-            kinds = [kind for i, kind in enumerate(kinds) if i not in part.records]
-            parsed = [s for i, s in enumerate(parsed) if i not in part.records]
-        snapshot |= part.history
-    if entries is not None:  # the entries not steady, among the records in time order
-        rest = np.setdiff1d(np.arange(entries.num_rows), part.entries, assume_unique=True)
-        if len(rest):
-            more: list[dict[str, Any]] = batch_entries(entries, rest)
-            merged = sorted([*zip(kinds, parsed, strict=True), *(("p", s) for s in more)],
-                            key=lambda record: _order(record[1]))
-            kinds, parsed = [kind for kind, _ in merged], [s for _, s in merged]
-    for kind, s in zip(kinds, parsed, strict=True):
-        state: BucketValue
-        if kind == "b":
-            key = brokers_key(s["cluster"])
-            registry = table.get(key)
-            state, events = step_broker_change(registry if isinstance(registry, BrokerRegistry) else None, s, now_ms)
-            if state is registry:
+    steps = _Steps(table, cfg, now_ms, rows)
+    columnar = isinstance(table, ColumnarTable)
+    finished: list[SteadyBatch] = []
+    for settling in range(SETTLING_PASSES + 1):
+        taken = np.zeros(0, np.int64)
+        if isinstance(table, ColumnarTable) and len(table.steady):
+            part = _apply_steady(table, kinds, parsed, entries, cfg, now_ms)
+            if part.records:
+                kinds = [kind for i, kind in enumerate(kinds) if i not in part.records]
+                parsed = [s for i, s in enumerate(parsed) if i not in part.records]
+            if part.batch is not None:
+                finished.append(part.batch)
+            steps.snapshot |= part.history
+            taken = part.entries
+        rest = None if entries is None else np.setdiff1d(np.arange(entries.num_rows), taken, assume_unique=True)
+        records = _in_time_order(kinds, parsed, entries, rest)
+        deferred = steps.run(records, entries, settle=columnar and settling < SETTLING_PASSES)
+        if not deferred:
+            break
+        assert isinstance(table, ColumnarTable)
+        table.settle({key for _, _, _, key in deferred if key is not None})
+        kinds = [kind for kind, s, _, _ in deferred if s is not None]
+        parsed = [s for _, s, _, _ in deferred if s is not None]
+        at = [i for _, s, i, _ in deferred if s is None]
+        entries = entries.take(pa.array(at, pa.int64())) if entries is not None and at else None
+    rows.extend(partition_row(metrics, key in steps.snapshot) for key, metrics in steps.newest.items())
+    metrics = None
+    if finished:
+        assert isinstance(table, ColumnarTable)
+        metrics = steady_metrics(table.steady, _finished(table.steady, finished, steps.snapshot))
+    return table, BucketOutput(rows, metrics)
+
+
+Record = tuple[str, dict[str, Any] | None, int, PartitionKey | None]
+"""A record that takes the step of :mod:`streaming.detect`: its kind, its fields (``None``: a batch entry not yet
+read into a dict), its place among the micro-batch's batch entries (-1: a JSON record), and its partition (``None``:
+a cluster's broker change)."""
+
+
+def _in_time_order(kinds: list[str], parsed: list[dict[str, Any]], entries: pa.Table | None,
+                   rest: np.ndarray | None) -> list[Record]:
+    """The JSON records (in time order already) and the batch entries at ``rest`` as one list in time order, the
+    JSON records first among those of the same time and cycle (the order :func:`_apply_steady` compares them in).
+    An entry's fields are read only when it takes a step (:meth:`_Steps.run`)."""
+    records: list[Record] = [(kind, s, -1, None if kind == "b" else (s["cluster"], s["topic"], s["partition"]))
+                             for kind, s in zip(kinds, parsed, strict=True)]
+    if entries is None or rest is None or not len(rest):
+        return records
+    picked = entries.select(["cluster", "topic", "partition", "sample_time_ms", "cycle"]).take(pa.array(rest))
+    keys = _keys(picked.column("cluster"), picked.column("topic"), picked.column("partition"))
+    times = np.asarray(picked.column("sample_time_ms").to_numpy(), np.int64)
+    cycles = np.asarray(picked.column("cycle").to_numpy(), np.int64)
+    more: list[Record] = [("p", None, i, key) for i, key in zip(rest.tolist(), keys, strict=True)]
+    if not records:
+        return [more[j] for j in np.lexsort((cycles, times)).tolist()]
+    places = [(*_order(s), 0, j) for j, (_, s, _, _) in enumerate(records) if s is not None]
+    places += [(t, c, 1, j) for j, (t, c) in enumerate(zip(times.tolist(), cycles.tolist(), strict=True))]
+    return [records[j] if entry == 0 else more[j] for *_, entry, j in sorted(places)]
+
+
+def _keys(clusters: pa.ChunkedArray, topics: pa.ChunkedArray, partitions: pa.ChunkedArray) -> list[PartitionKey]:
+    """Each entry's ``(cluster, topic, partition)``, each distinct name made a Python string once."""
+    names = []
+    for column in (clusters, topics):
+        encoded = column.combine_chunks().dictionary_encode()
+        values = encoded.dictionary.to_pylist()
+        names.append([values[i] for i in encoded.indices.to_numpy().tolist()])
+    return list(zip(names[0], names[1], partitions.to_numpy().tolist(), strict=True))
+
+
+class _Steps:
+    """The steps of :mod:`streaming.detect` of one micro-batch of a bucket: the rows they give (events), each
+    partition's newest metrics, and the partitions whose steps called for a history snapshot."""
+
+    def __init__(self, table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue], cfg: DetectConfig,
+                 now_ms: int, rows: list[dict[str, Any]]) -> None:
+        self.table, self.cfg, self.now_ms, self.rows = table, cfg, now_ms, rows
+        self.newest: dict[PartitionKey, PartitionMetrics] = {}
+        self.snapshot: set[PartitionKey] = set()
+
+    def run(self, records: list[Record], entries: pa.Table | None, settle: bool) -> list[Record]:
+        """Step ``records`` (in time order). With ``settle``, a partition with only partition samples here takes
+        the step of its first one, and if that leaves it in a steady form (:func:`streaming.steady.steady_form`)
+        with more to come, its remaining records are returned (in order) for the steady step and the table takes it
+        into the columns (its metrics leave with them); every other record takes its step. Partitions are
+        independent: each one's records keep their order, not their order among other partitions' (the returned
+        records are in order partition by partition)."""
+        if not settle:
+            self._step(self._read(records, entries))
+            return []
+        others = {key for kind, _, _, key in records if kind not in ("p", "b")}
+        first: list[Record] = []
+        later: dict[PartitionKey, list[Record]] = {}
+        for record in records:
+            key = record[3]
+            if key is None or key in others:
+                first.append(record)
+            elif key in later:
+                later[key].append(record)
+            else:
+                later[key] = []
+                first.append(record)
+        self._step(self._read(first, entries))
+        settled: list[PartitionKey] = []
+        stepped: list[Record] = []
+        for key, rest in later.items():
+            if not rest:
                 continue
+            state = self.table.get(key)
+            if isinstance(state, PartitionState) and steady_form(state):
+                settled.append(key)
+            else:
+                stepped.extend(rest)
+        deferred = [record for key in settled for record in later[key]]
+        if len(deferred) < SETTLING_WORTH * max((len(later[key]) for key in settled), default=0):
+            stepped, deferred = stepped + deferred, []  # too few to be worth a pass: stepped here
+        else:
+            for key in settled:
+                del self.newest[key]  # its metrics leave with its last steady sample
+        self._step(self._read(stepped, entries))
+        return deferred
+
+    @staticmethod
+    def _read(records: list[Record], entries: pa.Table | None) -> list[Record]:
+        """``records`` with every batch entry's fields read (one read for all)."""
+        unread = [j for j, (_, s, _, _) in enumerate(records) if s is None]
+        if not unread or entries is None:
+            return records
+        fields = batch_entries(entries, np.array([records[j][2] for j in unread], np.int64))
+        out = list(records)
+        for j, s in zip(unread, fields, strict=True):
+            kind, _, at, key = out[j]
+            out[j] = (kind, s, at, key)
+        return out
+
+    def _step(self, records: list[Record]) -> None:
+        table, cfg, now_ms = self.table, self.cfg, self.now_ms
+        for kind, s, _, key in records:
+            assert s is not None
+            state: BucketValue
+            if key is None:  # kind "b"
+                brokers = brokers_key(s["cluster"])
+                registry = table.get(brokers)
+                state, events = step_broker_change(registry if isinstance(registry, BrokerRegistry) else None, s,
+                                                   now_ms)
+                if state is registry:
+                    continue
+                table[brokers] = state
+                self.rows.extend(event_row(e) for e in events)
+                continue
+            prev = table.get(key)
+            before = prev if isinstance(prev, PartitionState) else None
+            if kind == "p":
+                state, events, self.newest[key] = step_dict(before, s, cfg, now_ms)
+                if history_due(before, state):
+                    self.snapshot.add(key)
+            elif kind == "m":
+                changed, events = step_partition_change(before, s, cfg, now_ms)
+                if changed is None or changed is before:
+                    continue
+                state = changed
+                self.newest[key] = metrics_of(changed)  # the ISR or leader may have changed: the metrics show it
+                self.snapshot.add(key)
+            else:  # a replica sample changes nothing the metrics show
+                state, events = step_replica(before, s, cfg, now_ms)
             table[key] = state
-            rows.extend(event_row(e) for e in events)
-            continue
-        key = (s["cluster"], s["topic"], s["partition"])
-        prev = table.get(key)
-        before = prev if isinstance(prev, PartitionState) else None
-        if kind == "p":
-            state, events, newest[key] = step_dict(before, s, cfg, now_ms)
-            if history_due(before, state):
-                snapshot.add(key)
-        elif kind == "m":
-            changed, events = step_partition_change(before, s, cfg, now_ms)
-            if changed is None or changed is before:
-                continue
-            state = changed
-            newest[key] = metrics_of(changed)  # the ISR or leader may have changed: the metrics show it at once
-            snapshot.add(key)
-        else:  # a replica sample changes nothing the metrics show
-            state, events = step_replica(before, s, cfg, now_ms)
-        table[key] = state
-        rows.extend(event_row(e) for e in events)
-    rows.extend(partition_row(metrics, key in snapshot) for key, metrics in newest.items())
-    return table, BucketOutput(rows, part.metrics)
+            self.rows.extend(event_row(e) for e in events)
+
+
+def _finished(columns: SteadyColumns, batches: list[SteadyBatch], snapshot: set[PartitionKey]) -> SteadyBatch:
+    """The partitions the steady step took to the end of the micro-batch, each at its last steady sample, over
+    the passes of :func:`apply_bucket`; a history snapshot where the step of detect.py called for one before."""
+    if len(batches) == 1:
+        batch = batches[0]
+    else:
+        batch = SteadyBatch(np.concatenate([b.rows for b in batches]),
+                            {name: pa.concat_arrays([b.lists[name] for b in batches]) for name in MEMBERSHIP},
+                            np.concatenate([b.history for b in batches]))
+    marked = [row for row in (columns.row_of(key) for key in snapshot) if row is not None]
+    if marked:
+        batch = SteadyBatch(batch.rows, batch.lists, batch.history | np.isin(batch.rows, marked))
+    return batch
 
 
 @dataclass
 class SteadyPart:
-    """What the steady step took of a micro-batch: the metrics of the partitions it took whole, which records it
-    took (JSON records by their place in time order, batch entries by theirs), and the partitions it took in part
-    whose steps called for a history snapshot (their last records take the step of :mod:`streaming.detect`)."""
+    """What the steady step took of a micro-batch: the partitions it took whole (at their last steady sample),
+    which records it took (JSON records by their place in time order, batch entries by theirs), and the partitions
+    it took in part whose steps called for a history snapshot (their last records take the step of
+    :mod:`streaming.detect`)."""
 
-    metrics: dict[str, Any] | None = None
+    batch: SteadyBatch | None = None
     records: set[int] = field(default_factory=set)
     entries: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     history: set[PartitionKey] = field(default_factory=set)
@@ -360,13 +513,12 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     if not len(whole):
         return out
     if len(rounds) == 1:  # the usual micro-batch: a sample per partition, the round's batch is the answer
-        combined = rounds[0]
+        out.batch = rounds[0]
     else:
         starts = np.cumsum([0] + [len(batch.rows) for batch in rounds])
         picks = pa.array(starts[last_round[whole]] + last_at[whole])  # its place in the rounds, one after another
-        combined = SteadyBatch(whole, {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
-                                       .take(picks) for name in MEMBERSHIP}, history[whole])
-    out.metrics = steady_metrics(steady, combined)
+        out.batch = SteadyBatch(whole, {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
+                                        .take(picks) for name in MEMBERSHIP}, history[whole])
     return out
 
 

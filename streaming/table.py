@@ -10,7 +10,7 @@ mapping of ``(cluster, topic, partition)`` to its state, which :mod:`streaming.d
 from __future__ import annotations
 
 import pickle
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -155,6 +155,19 @@ class ColumnarTable(_Table):
     def expiring(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
         """The keys :func:`streaming.detect.expire` may change now: the packed ones, and the rows gone silent."""
         return [*self.side, *self.steady.stale_candidates(now_ms, stale_after_ms)]
+
+    def settle(self, keys: Iterable[PartitionKey]) -> None:
+        """The states of ``keys``, set since the table was loaded and each in :func:`steady_form`, moved into the
+        columns now, as :meth:`fold` moves them at the end of a micro-batch: the rest of the micro-batch's samples
+        of those partitions may then take the steady step."""
+        states: dict[PartitionKey, PartitionState] = {}
+        for key in keys:
+            state = self.side.get(key)
+            if not isinstance(state, PartitionState) or not steady_form(state):
+                raise ValueError(f"{key} is not in a steady form: it cannot move into the columns")
+            states[key] = state
+            del self.side[key]
+        self.steady.add(states)
 
     def fold(self) -> tuple[dict[PartitionKey, bytes], SteadyColumns]:
         """What the state store keeps: the states read or set that are steady moved back into the columns (the

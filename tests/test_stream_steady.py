@@ -12,6 +12,7 @@ import math
 import random
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 import pandas as pd
@@ -179,7 +180,7 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
     reference: dict[Any, Any] = {}
     stored = pack(ColumnarTable())
     time_ms, cycle, metadata_offset = 1_000_000, 0, 0
-    steady_seen = 0
+    steady_seen = settled_seen = 0
     for _ in range(60):
         records: list[tuple[str, dict[str, Any]]] = []
         for _round in range(rng.choice([1, 1, 1, 2, 3])):
@@ -211,21 +212,69 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
         reference, expected = process_bucket(reference, batch_frame(as_json), CFG, now_ms)
         table = unpack(stored)
         steady_before = len(table.steady)
-        table, out = apply_bucket(table, frame, CFG, now_ms)
+        in_columns = set(table.steady.live_keys())
+        with patch("streaming.processor.SETTLING_WORTH", 1):  # every partition that can settle does, however few
+            table, out = apply_bucket(table, frame, CFG, now_ms)
         steady_seen += 0 if out.steady is None else len(out.steady["partition"])
-        got = process_bucket(unpack(stored), frame, CFG, now_ms)[1]
+        # partitions that went into the columns within this micro-batch (after a step of detect.py) and on steady
+        settled_seen += 0 if out.steady is None else sum(
+            ("c", "t", p) not in in_columns for p in out.steady["partition"].tolist())
+        got = process_bucket(unpack(stored), frame, CFG, now_ms)[1]  # as the job runs it: few partitions, no settling
         assert outputs(got) == outputs(expected)
         assert outputs(out.rows + (process_bucket_steady_rows(out.steady))) == outputs(expected)
         stored = pack(table)
         assert steady_before <= len(cluster)
         assert dict(unpack(stored).items()) == reference
     assert steady_seen > 0  # the sequences exercise the steady path, not only the step
+    assert settled_seen > 0  # and a partition's samples after a step within one micro-batch
 
 
 def process_bucket_steady_rows(steady: dict[str, Any] | None) -> list[dict[str, Any]]:
     from streaming.processor import steady_rows
 
     return [] if steady is None else steady_rows(steady)
+
+
+def test_a_fresh_bucket_steps_each_partition_once_and_applies_the_rest_of_its_samples_at_once() -> None:
+    """A new checkpoint's first micro-batch of several cycles (every partition new, its lineage learnt on the
+    way): each partition's first sample takes the step of detect.py, it moves into the columns, and the rest of
+    its samples go through the steady step (stepped again only where one is not steady), with the outputs and
+    states of the step of every sample."""
+    class Healthy(random.Random):
+        """Every replica answers, once; HW, topic id and log start given; no lineage, no config change."""
+
+        def random(self) -> float:
+            return 0.5
+
+    cluster = [Partition(Healthy(n), n) for n in range(400)]
+    cycles = [1, 2, 3, 5, 6, 7]  # cycle 4 would carry topic configs, a change of the state's (none yet)
+    records: list[tuple[str, dict[str, Any]]] = []
+    for cycle in cycles:
+        for p in cluster:
+            p.leos = dict.fromkeys(p.replicas, p.leos[p.leader] + 10)
+            p.hw = p.leos[p.leader]
+            sample = p.sample(cycle, 1_000_000 + cycle * 5_000)
+            if cycle == cycles[p.number % len(cycles)]:  # the partition's lineage, first learnt here
+                sample["epoch_lineage"] = [{"leader_epoch": 0, "start_offset": 0}]
+            records.append(("p", sample))
+    frame = batch_frame(records, len(records))
+    reference, expected = process_bucket({}, batch_frame(records), CFG, 1_030_000)
+    stepped: list[Any] = []
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        stepped.append((args[1]["partition"], args[1]["cycle"]))
+        return step_dict(*args, **kwargs)
+
+    with patch("streaming.processor.step_dict", counted):
+        table, out = apply_bucket(ColumnarTable(), frame, CFG, 1_030_000)
+    assert outputs(out.rows + process_bucket_steady_rows(out.steady)) == outputs(expected)
+    assert dict(unpack(pack(table)).items()) == reference
+    # the metrics leave from the columns, but where the last sample (the lineage) took the step
+    assert out.steady is not None
+    assert sorted(out.steady["partition"].tolist()) == [n for n in range(400) if n % 6 != 5]
+    # a step for each partition's first sample and for its first lineage (unless both are one), not one per sample
+    lineage_later = [n for n in range(400) if n % len(cycles)]
+    assert sorted(stepped) == sorted([(n, 1) for n in range(400)] + [(n, cycles[n % 6]) for n in lineage_later])
 
 
 def test_the_columns_hold_a_steady_state_exactly() -> None:
