@@ -269,6 +269,9 @@ def test_a_fresh_bucket_steps_each_partition_once_and_applies_the_rest_of_its_sa
         table, out = apply_bucket(ColumnarTable(), frame, CFG, 1_030_000)
     assert outputs(out.rows + process_bucket_steady_rows(out.steady)) == outputs(expected)
     assert dict(unpack(pack(table)).items()) == reference
+    partition_rows = [row["partition"] for row in out.rows + process_bucket_steady_rows(out.steady)
+                      if row["kind"] == KIND_PARTITION]
+    assert sorted(partition_rows) == list(range(400))  # each partition's newest metrics once
     # the metrics leave from the columns, but where the last sample (the lineage) took the step
     assert out.steady is not None
     assert sorted(out.steady["partition"].tolist()) == [n for n in range(400) if n % 6 != 5]
