@@ -289,8 +289,9 @@ a cluster's broker change)."""
 
 def _in_time_order(kinds: list[str], parsed: list[dict[str, Any]], entries: pa.Table | None,
                    rest: np.ndarray | None) -> list[Record]:
-    """The JSON records (in time order already) and the batch entries at ``rest`` as one list in time order, the
-    JSON records first among those of the same time and cycle (the order :func:`_apply_steady` compares them in).
+    """The JSON records and the batch entries at ``rest`` as one list in time order, the JSON records first among
+    those of the same time and cycle (the order :func:`_apply_steady` compares them in), each group's records of
+    one time and cycle in the order given.
     An entry's fields are read only when it takes a step (:meth:`_Steps.run`)."""
     records: list[Record] = [(kind, s, -1, None if kind == "b" else (s["cluster"], s["topic"], s["partition"]))
                              for kind, s in zip(kinds, parsed, strict=True)]
