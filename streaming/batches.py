@@ -76,7 +76,7 @@ def read_batch(value: bytes) -> pa.Table:
 
 
 def _numpy(array: pa.Array, fill: Any) -> np.ndarray:
-    return np.asarray(pc.fill_null(array, fill).to_numpy(zero_copy_only=False))
+    return np.asarray((pc.fill_null(array, fill) if array.null_count else array).to_numpy(zero_copy_only=False))
 
 
 class _Plan(NamedTuple):
@@ -281,9 +281,10 @@ def as_entries(samples: Sequence[Mapping[str, Any]]) -> pa.Table:
 def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) -> SampleColumns:
     """The partition samples (a batch's entries, or JSON records through :func:`as_entries`) that may be steady,
     as the arrays :func:`streaming.steady.steady_step` compares and writes: ``rows`` is each entry's row in the
-    columns (-1 where it has none, or where it is not its partition's only record). Kept: a high watermark, topic
-    configs absent or the row's, a topic id absent, unknown to the row or the row's, one readable answer per
-    replica of the row; times, leader, epoch, membership, lineage and offsets are compared by steady_step."""
+    columns (-1 where it has none, or where its partition takes the step of :mod:`streaming.detect`; a partition
+    may have several entries, one per round of the steady step). Kept: a high watermark, topic configs absent or
+    the row's, a topic id absent, unknown to the row or the row's, one readable answer per replica of the row;
+    times, leader, epoch, membership, lineage and offsets are compared by steady_step."""
     width = columns.columns["brokers"].shape[1]
     c = columns.columns
     n = table.num_rows
@@ -342,4 +343,4 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     values["lineage_sampled"] = sampled.astype(np.int64)
     values["lineage_fingerprint"] = lineage_fingerprints(
         Lists(flat, 2 * _numpy(pc.list_value_length(lineage), 0).astype(np.int64), sampled))
-    return SampleColumns(rows[entries], values, log_end_offsets, membership)
+    return SampleColumns(rows[entries], values, log_end_offsets, membership, entries)

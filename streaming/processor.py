@@ -485,10 +485,12 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
     last_round = np.full(groups, -1, np.int64)  # each partition's last round taken, and its place there
     last_at = np.zeros(groups, np.int64)
     rounds: list[SteadyBatch] = []
-    # the samples by round, each round's in their order: a round is a slice of them (usually their order already:
-    # a micro-batch's cycles one after another), taken from only where a sample drops out
+    # every sample gathered at once (what the gathering compares, the steady step never changes), then the
+    # samples by round, each round's in their order; a round takes its gathered samples by their places
+    gathered = gather_entries(steady, candidates, rows)
+    place = np.full(n, -1, np.int64)  # each sample's place among the gathered, -1: not steady
+    place[gathered.at] = np.arange(len(gathered.at))
     by_round = np.argsort(rank, kind="stable")
-    ordered = candidates if np.array_equal(by_round, np.arange(n)) else candidates.take(pa.array(by_round))
     bounds = np.searchsorted(rank[by_round], np.arange(int(rank.max(initial=-1)) + 2))
     for r in range(len(bounds) - 1):
         lo, hi = int(bounds[r]), int(bounds[r + 1])
@@ -496,8 +498,8 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
         sel = by_round[lo:hi][keep]
         if not len(sel):
             break
-        part = ordered.slice(lo, hi - lo) if keep.all() else ordered.take(pa.array(lo + np.flatnonzero(keep)))
-        batch = steady_step(steady, gather_entries(steady, part, rows[sel]), cfg, now_ms)
+        picks = place[sel]
+        batch = steady_step(steady, gathered.take(picks[picks >= 0]), cfg, now_ms)
         applied = np.isin(rows[sel], batch.rows)
         taken[sel[applied]] = True
         dropped[code[sel[~applied]]] = True

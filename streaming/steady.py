@@ -368,11 +368,23 @@ class SampleColumns:
     values: dict[str, Ints]
     log_end_offsets: Ints
     lists: dict[str, pa.Array]
+    at: Ints
+    """Each sample's place among the entries it was gathered from."""
 
     @classmethod
     def empty(cls, width: int) -> SampleColumns:
         return cls(np.zeros(0, np.int64), {name: np.zeros(0, np.int64) for name in SAMPLE_VALUES},
-                   np.zeros((0, width), np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP})
+                   np.zeros((0, width), np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP},
+                   np.zeros(0, np.int64))
+
+    def take(self, picks: Ints) -> SampleColumns:
+        """The samples at ``picks`` (places in these columns), in that order."""
+        if len(picks) == len(self.rows) and np.array_equal(picks, np.arange(len(picks))):
+            return self
+        taken = pa.array(picks, pa.int64())
+        return SampleColumns(self.rows[picks], {name: values[picks] for name, values in self.values.items()},
+                             self.log_end_offsets[picks],
+                             {name: lists.take(taken) for name, lists in self.lists.items()}, self.at[picks])
 
 
 @dataclass
