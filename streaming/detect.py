@@ -62,6 +62,7 @@ __all__ = [
     "step_dict",
     "step_partition_change",
     "step_replica",
+    "step_state",
 ]
 
 
@@ -159,11 +160,20 @@ def step(
 def step_dict(
     prev: PartitionState | None, s: Mapping[str, Any], cfg: DetectConfig, now_ms: int | None = None
 ) -> tuple[PartitionState, list[Event], PartitionMetrics]:
-    """:func:`step` for a sample given as a dict (the hot path)."""
+    """:func:`step` for a sample given as a dict."""
+    state, events = step_state(prev, s, cfg, now_ms)
+    return state, events, metrics_of(state)
+
+
+def step_state(
+    prev: PartitionState | None, s: Mapping[str, Any], cfg: DetectConfig, now_ms: int | None = None
+) -> tuple[PartitionState, list[Event]]:
+    """:func:`step_dict` without the metrics (the hot path: a partition stepped several times in a micro-batch
+    shows the metrics of its last state only)."""
     t: int = s["sample_time_ms"]
     cycle: int = s["cycle"]
     if prev is not None and (t < prev.sample_time_ms or (t == prev.sample_time_ms and cycle <= prev.cycle)):
-        return prev, [], metrics_of(prev)
+        return prev, []
     topic_id = s.get("topic_id")
     if prev is None or (topic_id is not None and prev.meta.topic_id not in (None, topic_id)):
         prev = PartitionState.new(s["cluster"], s["topic"], s["partition"], topic_id)  # new or recreated
@@ -220,7 +230,7 @@ def step_dict(
     st.cycle = cycle
     st.received_ms = out.detected_ms
     st.stale = False
-    return st, out.events, metrics_of(st)
+    return st, out.events
 
 
 METADATA_PROPAGATION_MS = 1_000

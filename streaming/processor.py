@@ -58,9 +58,9 @@ from streaming.detect import (
     expire,
     metrics_of,
     step_broker_change,
-    step_dict,
     step_partition_change,
     step_replica,
+    step_state,
 )
 from streaming.pyspark_hooks import arrow_output, as_pandas
 from streaming.serving import ServedColumns, partials_dict, ranked, recorded_columns
@@ -273,7 +273,7 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
         parsed = [s for _, s, _, _ in deferred if s is not None]
         at = [i for _, s, i, _ in deferred if s is None]
         entries = entries.take(pa.array(at, pa.int64())) if entries is not None and at else None
-    rows.extend(partition_row(metrics, key in steps.snapshot) for key, metrics in steps.newest.items())
+    rows.extend(partition_row(metrics_of(state), key in steps.snapshot) for key, state in steps.newest.items())
     metrics = None
     if finished:
         assert isinstance(table, ColumnarTable)
@@ -321,12 +321,13 @@ def _keys(clusters: pa.ChunkedArray, topics: pa.ChunkedArray, partitions: pa.Chu
 
 class _Steps:
     """The steps of :mod:`streaming.detect` of one micro-batch of a bucket: the rows they give (events), each
-    partition's newest metrics, and the partitions whose steps called for a history snapshot."""
+    partition's newest state (whose metrics leave), and the partitions whose steps called for a history
+    snapshot."""
 
     def __init__(self, table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue], cfg: DetectConfig,
                  now_ms: int, rows: list[dict[str, Any]]) -> None:
         self.table, self.cfg, self.now_ms, self.rows = table, cfg, now_ms, rows
-        self.newest: dict[PartitionKey, PartitionMetrics] = {}
+        self.newest: dict[PartitionKey, PartitionState] = {}
         self.snapshot: set[PartitionKey] = set()
 
     def run(self, records: list[Record], entries: pa.Table | None, settle: bool) -> list[Record]:
@@ -402,7 +403,8 @@ class _Steps:
             prev = table.get(key)
             before = prev if isinstance(prev, PartitionState) else None
             if kind == "p":
-                state, events, self.newest[key] = step_dict(before, s, cfg, now_ms)
+                state, events = step_state(before, s, cfg, now_ms)
+                self.newest[key] = state
                 if history_due(before, state):
                     self.snapshot.add(key)
             elif kind == "m":
@@ -410,7 +412,7 @@ class _Steps:
                 if changed is None or changed is before:
                     continue
                 state = changed
-                self.newest[key] = metrics_of(changed)  # the ISR or leader may have changed: the metrics show it
+                self.newest[key] = changed  # the ISR or leader may have changed: the metrics show it
                 self.snapshot.add(key)
             else:  # a replica sample changes nothing the metrics show
                 state, events = step_replica(before, s, cfg, now_ms)
@@ -642,14 +644,14 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
     streams in 0.52 s (docs/benchmarks.md, "Streaming job"). A row both served and a history snapshot is in both."""
     served = table.served
     told = served.run == run
-    if not told:  # a state written before the served columns (format 2): its partitions join them now
+    partitions = [row for row in rows if row["kind"] == KIND_PARTITION]
+    stepped = served.record(recorded_columns(partitions))
+    steady_at = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
+    if not told:  # a state written before the served columns (format 2): its partitions not reached here join now
         keys = list(table)
         served.record(recorded_columns([partition_row(metrics_of(state)) for key, held in zip(
             keys, served.holds(keys).tolist(), strict=True)
             if not held and isinstance(state := table.peek(key), PartitionState)]))
-    partitions = [row for row in rows if row["kind"] == KIND_PARTITION]
-    stepped = served.record(recorded_columns(partitions))
-    steady_at = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
     before = served.columns["served"].copy()
     top = ranked(served, budget)
     sampled = np.zeros(len(served), np.bool_)

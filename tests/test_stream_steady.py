@@ -30,7 +30,7 @@ from replmon.contracts.samples import (
     ReplicaSample,
     to_json,
 )
-from streaming.detect import DetectConfig, step_dict
+from streaming.detect import DetectConfig, step_dict, step_state
 from streaming.processor import BATCH, KIND_EVENT, KIND_PARTITION, apply_bucket, expire_bucket, process_bucket
 from streaming.state import PartitionState
 from streaming.steady import SteadyColumns, steady_form
@@ -260,9 +260,9 @@ def test_a_fresh_bucket_steps_each_partition_once_and_applies_the_rest_of_its_sa
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         stepped.append((args[1]["partition"], args[1]["cycle"]))
-        return step_dict(*args, **kwargs)
+        return step_state(*args, **kwargs)
 
-    with patch("streaming.processor.step_dict", counted):
+    with patch("streaming.processor.step_state", counted):
         table, out = apply_bucket(ColumnarTable(), frame, CFG, 1_030_000)
     assert outputs(out.rows + process_bucket_steady_rows(out.steady)) == outputs(expected)
     assert dict(unpack(pack(table)).items()) == reference
