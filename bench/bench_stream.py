@@ -21,7 +21,9 @@ are counted as samples, whatever a record holds (the batch producer logs each re
    ``partitions / rate`` s) for ``--duration`` s: processed rate, sample-to-metric latency;
    then the same at a rate the job keeps up with (``--kept-fraction`` of its capacity in phase 3, or
    ``--kept-rate``) for ``--kept-duration`` s: the latency that batching alone costs. Both after a warm-up of
-   ``--warmup-cycles`` cycles at their rate, not measured (as the capacity's);
+   ``--warmup-cycles`` cycles at their rate, not measured (as the capacity's); the latency is given after it,
+   and once the job caught up with what came during it (its batches after the first that read all the topic
+   held when planned);
 5. memory: a fresh job, one cycle over ``--heap-partitions`` partitions, then driver JVM heap (after GC), JVM
    RSS, driver and Python worker RSS, state rows, partitions in the exporter.
 
