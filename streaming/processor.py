@@ -647,7 +647,7 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
     partitions = [row for row in rows if row["kind"] == KIND_PARTITION]
     stepped = served.record(recorded_columns(partitions))
     steady_at = served.record_steady(steady) if steady is not None else np.zeros(0, np.int64)
-    if not told:  # a state written before the served columns (format 2): its partitions not reached here join now
+    if not told:  # a run not told yet (new bucket or run, format-2 state): partitions still without a row join now
         keys = list(table)
         served.record(recorded_columns([partition_row(metrics_of(state)) for key, held in zip(
             keys, served.holds(keys).tolist(), strict=True)
