@@ -20,7 +20,15 @@ import pyarrow.compute as pc
 import xxhash
 from pydantic import BaseModel
 
-from replmon.contracts.batches import ARROW_SCHEMA, ENTRY_MODEL, SCHEMA_KEY, SKIPPED, read_stream, write_stream
+from replmon.contracts.batches import (
+    ARROW_SCHEMA,
+    COMPRESSED,
+    ENTRY_MODEL,
+    SCHEMA_KEY,
+    SKIPPED,
+    read_stream,
+    write_stream,
+)
 from replmon.contracts.fields import annotated, json_name, unwrap
 from streaming.schema import BAD_LENGTH, MISSING_FIELD, OUT_OF_RANGE, UNKNOWN_FIELD, UNKNOWN_SCHEMA, WRONG_TYPE
 from streaming.steady import (
@@ -246,13 +254,14 @@ def split_batch(value: bytes, bucket_ids: Sequence[int]) -> tuple[dict[int, pa.T
 def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
                   ) -> tuple[dict[int, bytes], list[tuple[int, str, str]]]:
     """Batch records split by bucket: one IPC stream per bucket with its entries of all the records, in the
-    records' order (a bucket then reads one stream per task, not one per record), and ``(record index, reason,
-    entry JSON)`` per quarantined entry or record."""
+    records' order (a bucket then reads one stream per task, not one per record), LZ4-compressed
+    (:data:`~replmon.contracts.batches.COMPRESSED`), and ``(record index, reason, entry JSON)`` per quarantined
+    entry or record."""
     table, quarantined = _valid_records(values)
     if table is None:
         return {}, quarantined
     shares = _by_bucket(table, bucket_ids)
-    return {bucket_id: write_stream(share) for bucket_id, share in shares.items()}, quarantined
+    return {bucket_id: write_stream(share, COMPRESSED) for bucket_id, share in shares.items()}, quarantined
 
 
 QUARANTINED = "q"

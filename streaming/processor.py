@@ -47,8 +47,8 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from replmon.contracts.batches import COMPRESSED, read_stream, write_stream
 from replmon.contracts.batches import entries as batch_entries
-from replmon.contracts.batches import read_stream, write_stream
 from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
 from streaming.batches import BATCH, QUARANTINED, as_entries, gather_entries
@@ -683,7 +683,7 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
         history += len(snapshots)
         if len(snapshots):
             stay_batches.append(_steady_batch(steady, snapshots, {"payload": seq, "served": False}))
-    stream = (write_stream(pa.Table.from_batches(driver_batches))
+    stream = (write_stream(pa.Table.from_batches(driver_batches), COMPRESSED)
               if any(b.num_rows for b in driver_batches) else None)
     message = _message(served, stay, bucket, left, history) | {"served_rows": stream}
     stay_batches.insert(0, rows_batch([*stay, message]))

@@ -152,6 +152,17 @@ def test_a_task_s_records_checked_together_give_each_record_s_own_outcome() -> N
     assert sum(map(len, expected.values())) == 4 + 2 + 3 + 1
 
 
+def test_a_bucket_s_share_travels_lz4_compressed_and_reads_back_whole() -> None:
+    """A share crosses the JVM (the read stage's output, the shuffle and its sort, the state stage's input) as
+    LZ4 frames of Arrow's IPC format: a fraction of the entries' size, read back by any Arrow reader as they were."""
+    values = [encode_batch([sample(p, topic=f"t{t}") for p in range(500)]) for t in range(4)]
+    shares, quarantined = split_records(values, [0])
+    assert not quarantined and list(shares) == [0]
+    share = read_batch(shares[0])
+    assert len(shares[0]) * 3 < len(write_stream(share))
+    assert entries(share) == [entry for value in values for entry in entries(read_batch(value))]
+
+
 def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 10)
     assert split_batch(encode_batch([sample(p) for p in range(11)]), [0]) == ({}, [(OVERSIZED_BATCH, "")])
