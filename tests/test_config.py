@@ -50,6 +50,7 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     ("stream: {history_dir: 'https://example.com/history'}", "stream.history_dir"),
     ("stream: {checkpoint_dir: 'file://host/replmon'}", "stream.checkpoint_dir"),
     ("stream: {checkpoint_dir: ''}", "stream.checkpoint_dir"),
+    ("stream: {read_tasks: 0}", "stream.read_tasks"),
 ])
 def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:
     with pytest.raises(ReplmonError, match=re.escape(where)):

@@ -1,5 +1,6 @@
 """Spark's Kafka source missing from the classpath (spark-submit without --packages) is one clear line, not a
-class-loading stack trace at the query's start."""
+class-loading stack trace at the query's start; the read tasks the source is asked for (its split of a
+partition among them, on a real topic: tests/test_session_start.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pyspark.sql import SparkSession
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from streaming.session import KAFKA_CONNECTOR
-from streaming.source import kafka_source
+from streaming.source import kafka_source, read_tasks
 
 pytestmark = [pytest.mark.spark]
 
@@ -18,3 +19,8 @@ def test_a_session_without_the_kafka_source_is_told_which_package_to_add(spark: 
     config = ReplmonConfig(transport={"bootstrap_servers": ["127.0.0.1:9"]})  # the test session has no connector
     with pytest.raises(ReplmonError, match=f"--packages {KAFKA_CONNECTOR}"):
         kafka_source(spark, config)
+
+
+def test_a_micro_batch_is_read_by_the_tasks_set_else_one_per_core(spark: SparkSession) -> None:
+    assert read_tasks(spark, ReplmonConfig()) == spark.sparkContext.defaultParallelism
+    assert read_tasks(spark, ReplmonConfig(stream={"read_tasks": 3})) == 3

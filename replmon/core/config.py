@@ -231,6 +231,11 @@ class StreamConfig(_Section):
     """Kafka records a micro-batch reads at most (Spark's maxOffsetsPerTrigger); None: all there are. A batch
     record holds up to 2,000 samples, a JSON record one: a job catching up on a large backlog sets it
     (docs/deploy.md, "A backlog: catching up after downtime")."""
+    read_tasks: int | None = Field(default=None, ge=1, le=100_000)
+    """Spark tasks that read a micro-batch of the samples topic, at least (the Kafka source's minPartitions): with
+    fewer partitions holding data, the larger ones are read by several tasks, each a range of offsets, so the read
+    grows with executors past the topic's partition count. None (the default): one per core of the job (Spark's
+    default parallelism when the query starts: local[N]'s N, or the executors' cores; streaming.source)."""
     kafka_jars_dir: Path | None = None
     """A directory holding spark-sql-kafka-0-10 and its dependencies, for sites without Maven Central."""
     metrics_host: str = "127.0.0.1"
