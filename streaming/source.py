@@ -18,6 +18,7 @@ ms) a fetch left in flight at the end of a range held the next read of that part
 every micro-batch's read stage took ~0.5 s longer (measured: 6 read tasks of 8-50 records, mostly 700-900 ms
 -> 200-330 ms)."""
 
+
 def read_tasks(spark: SparkSession, config: ReplmonConfig) -> int:
     """The Kafka source's minPartitions: ``stream.read_tasks``, else one per core of the job (Spark's default
     parallelism: local[N]'s N, or the executors' cores when the query starts). Without it Spark reads a
