@@ -15,8 +15,9 @@ group); every other sample's value is :func:`replmon.contracts.samples.to_json`,
 The samples topic is created when missing, with ``retention.ms`` and ``compression.type``. When the samples
 cluster is away, samples wait in a bounded buffer (``collector.buffer_max_samples``, in samples) and the sender
 backs off exponentially; a delivery that fails for a retriable reason (no leader, too few in-sync replicas,
-timeout) goes back into the buffer. What does not fit, or fails for good (a record too large, a missing ACL), is
-dropped and counted (``replmon_collector_samples_dropped``).
+timeout) goes back into the buffer, and the producer that failed it is replaced by a new one. What does not fit,
+or fails for good (a record too large, a missing ACL), is dropped and counted
+(``replmon_collector_samples_dropped``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from collectors.metrics import CollectorMetrics
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig
+from replmon.core.kafka_producers import close_producer
 from replmon.core.kafka_topics import ensure_topic
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,10 @@ BACKOFF_MIN_S = 0.5
 BACKOFF_MAX_S = 30.0
 MAX_IN_FLIGHT = 20_000
 """Records handed to the producer and not yet acknowledged, at most."""
+DELIVERY_TIMEOUT_MS = 30_000
+"""The producer's delivery.timeout.ms: by then it reports every record it was handed, delivered or failed."""
+UNREPORTED_GRACE_S = 15.0
+"""A record the producer has not reported this long after its delivery timeout is one it lost track of."""
 
 Record = tuple[bytes, bytes, int]
 """Key, value, and how many samples the value holds (a batch holds many: the buffer is bounded in samples)."""
@@ -156,6 +162,14 @@ class SamplePublisher:
     (0.5 s doubling to 30 s) before trying again. A record whose delivery failed for a retriable reason goes back
     to the head of the buffer (one partition's samples may then arrive out of order: the job orders them by
     sample time); any other failure drops it.
+
+    A retriable failure also retires the producer: every record it still holds goes back to the buffer with it,
+    and the next attempt starts a new producer from the configured bootstrap servers. A producer that lived
+    through an outage is not trusted to recover from it: kafka-python asks for metadata only the brokers of its
+    last answer, and an idempotent producer whose batch expired in flight carries sequence state the restarted
+    broker may refuse. A producer that has not reported a record ``UNREPORTED_GRACE_S`` past its delivery
+    timeout is retired the same way. What a retired producer reports afterwards is ignored: a record it delivered
+    late is sent again, a duplicate the job reads once.
     """
 
     def __init__(
@@ -177,7 +191,11 @@ class SamplePublisher:
         self._topic_creator = topic_creator
         self._buffer: deque[Record] = deque()
         self._cond = threading.Condition()
-        self._in_flight = 0
+        self._pending: dict[int, tuple[Record, float]] = {}
+        """The records the current producer holds unreported, by send number: the record and when it was sent."""
+        self._sends = 0
+        self._generation = 0
+        """Counts the producers retired: a report of an older one is ignored."""
         self._in_flight_samples = 0
         self._buffered = 0
         self._dropped = 0
@@ -214,7 +232,7 @@ class SamplePublisher:
         """Wait until every buffered sample was acknowledged (or dropped); False on timeout."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._buffer or self._in_flight:
+            while self._buffer or self._pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return False
@@ -235,10 +253,7 @@ class SamplePublisher:
         self._thread.join(timeout=max(1.0, timeout_s))
         producer, self._producer = self._producer, None
         if producer is not None:
-            try:
-                producer.close(timeout=max(1.0, timeout_s))
-            except Exception as exc:  # closing must not fail the caller
-                log.debug("closing the producer: %s", exc)
+            close_producer(producer, max(1.0, timeout_s))
         self._update_gauge()
 
     @property
@@ -263,10 +278,17 @@ class SamplePublisher:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._closing and (not self._buffer or self._in_flight >= self._max_in_flight):
+                while not self._closing and (not self._buffer or len(self._pending) >= self._max_in_flight):
                     self._cond.wait(0.5)
+                    if self._unreported_s() > DELIVERY_TIMEOUT_MS / 1000 + UNREPORTED_GRACE_S:
+                        break
                 if self._closing:
                     return
+                unreported_s, generation = self._unreported_s(), self._generation
+            if unreported_s > DELIVERY_TIMEOUT_MS / 1000 + UNREPORTED_GRACE_S:
+                self._retire_producer(generation, f"the producer has not reported a record sent {unreported_s:.0f} "
+                                      "s ago")
+                continue
             if self._backoff_s:
                 with self._cond:
                     self._cond.wait_for(lambda: self._closing, timeout=self._backoff_s)
@@ -283,94 +305,147 @@ class SamplePublisher:
             self._producer = self._producer_factory({
                 "bootstrap_servers": self.config.samples_bootstrap(), "client_id": self._client_id,
                 "acks": "all", "linger_ms": 50, "batch_size": 256 * 1024, "max_request_size": 4 * 1024 * 1024,
-                "request_timeout_ms": 10_000, "delivery_timeout_ms": 30_000, "max_block_ms": 5_000,
+                "request_timeout_ms": 10_000, "delivery_timeout_ms": DELIVERY_TIMEOUT_MS, "max_block_ms": 5_000,
                 "bootstrap_timeout_ms": 10_000, "retries": 5, **security,
             })
         except Exception as exc:
             self._failed(f"cannot reach the samples cluster {','.join(self.config.samples_bootstrap())}: "
                          f"{_describe(exc)}")
             return False
-        self._recovered()
-        return True
+        return True  # the outage, and its backoff, last until the new producer's first acknowledgement
 
     def _send_some(self) -> None:
-        from kafka.errors import KafkaTimeoutError
+        from kafka.errors import KafkaTimeoutError, MessageSizeTooLargeError
 
         while True:
             with self._cond:
-                if self._closing or not self._buffer or self._in_flight >= self._max_in_flight:
+                producer = self._producer
+                if (self._closing or producer is None or not self._buffer
+                        or len(self._pending) >= self._max_in_flight):
                     return
                 record = self._buffer.popleft()
                 self._buffered -= record[2]
-                self._in_flight += 1
+                send = self._sends
+                self._sends += 1
+                self._pending[send] = (record, time.monotonic())
                 self._in_flight_samples += record[2]
+                generation = self._generation
             key, value, count = record
             try:
-                future = self._producer.send(self.topic, key=key, value=value)
-            except KafkaTimeoutError as exc:
-                with self._cond:
-                    self._in_flight -= 1
-                    self._in_flight_samples -= count
-                    self._buffer.appendleft(record)  # not sent: it keeps its place
-                    self._buffered += count
-                self._failed(f"samples topic {self.topic} unavailable: {_describe(exc)}")
+                future = producer.send(self.topic, key=key, value=value)
+            except KafkaTimeoutError as exc:  # no metadata for the topic within max_block_ms: not sent
+                self._retire_producer(generation, f"samples topic {self.topic} unavailable: {_describe(exc)}")
                 return
+            except MessageSizeTooLargeError as exc:  # the record's own fault: the producer is fine
+                if self._settle(generation, send) is not None:
+                    self._count_dropped(count, _describe(exc))
+                continue
             except Exception as exc:
-                with self._cond:
-                    self._in_flight -= 1
-                    self._in_flight_samples -= count
-                self._count_dropped(count, _describe(exc))
-                self._failed(f"sending to {self.topic} failed: {_describe(exc)}")
+                if self._settle(generation, send) is not None:
+                    self._count_dropped(count, _describe(exc))
+                self._retire_producer(generation, f"sending to {self.topic} failed: {_describe(exc)}")
                 return
-            future.add_callback(self._on_ack, count)
-            future.add_errback(self._on_error, record)
+            future.add_callback(self._on_ack, generation, send)
+            future.add_errback(self._on_error, generation, send)
 
-    def _on_ack(self, count: int, _metadata: Any) -> None:
+    def _settle(self, generation: int, send: int) -> Record | None:
+        """The record of ``send``, no longer pending; None when its producer was retired (the record went back to
+        the buffer then)."""
         with self._cond:
-            self._in_flight -= 1
+            if generation != self._generation:
+                return None
+            record = self._pending.pop(send)[0]
+            self._in_flight_samples -= record[2]
+            self._cond.notify_all()
+            return record
+
+    def _unreported_s(self) -> float:
+        """How long ago the oldest record the producer has not reported was sent (0 with none); under the lock."""
+        oldest = next(iter(self._pending.values()), None)
+        return 0.0 if oldest is None else time.monotonic() - oldest[1]
+
+    def _on_ack(self, generation: int, send: int, _metadata: Any) -> None:
+        with self._cond:  # settled, counted and the outage over at once: flush() sees all or nothing
+            if generation != self._generation:
+                return
+            count = self._pending.pop(send)[0][2]
             self._in_flight_samples -= count
             self._published += count
+            if self._outage is not None:
+                self._recovered()
             self._cond.notify_all()
         if self.metrics:
             self.metrics.samples_published.inc(count)
-        if self._outage is not None:
-            self._recovered()
         self._update_gauge()
 
-    def _on_error(self, record: Record, exc: BaseException) -> None:
-        """A retriable failure (no leader, too few in-sync replicas, delivery timeout) puts the sample back at the
-        head of the buffer, to be sent again after the backoff; any other failure drops it."""
-        requeued = False
-        count = record[2]
-        with self._cond:
-            self._in_flight -= 1
-            self._in_flight_samples -= count
-            if (getattr(exc, "retriable", False) and not self._closing
-                    and self._buffered + count <= self.max_buffered):
-                self._buffer.appendleft(record)
-                self._buffered += count
-                requeued = True
-            self._cond.notify_all()
-        if not requeued:
-            self._count_dropped(count, _describe(exc))
+    def _on_error(self, generation: int, send: int, exc: BaseException) -> None:
+        """A retriable failure (no leader, too few in-sync replicas, delivery timeout) puts the record back at the
+        head of the buffer and retires the producer; any other failure drops the record."""
+        if getattr(exc, "retriable", False) and not self._closing:
+            # the record is still pending: it goes back with the rest, in the order they were sent
+            self._retire_producer(generation, f"delivery to {self.topic} failed: {_describe(exc)}")
+            return
+        record = self._settle(generation, send)
+        if record is None:
+            return
+        self._count_dropped(record[2], _describe(exc))
         self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
+        self._update_gauge()
+
+    def _requeue(self, records: list[Record]) -> None:
+        """Put ``records`` back at the head of the buffer in their order, within the bound (the oldest dropped
+        first, as in publish); under the lock."""
+        self._buffer.extendleft(reversed(records))
+        self._buffered += sum(count for _, _, count in records)
+        dropped = 0
+        while self._buffer and self._buffered + self._in_flight_samples > self.max_buffered:
+            count = self._buffer.popleft()[2]
+            self._buffered -= count
+            dropped += count
+        self._dropped += dropped
+        if dropped:
+            log.debug("dropped %d sample(s): buffer full", dropped)
+            if self.metrics:
+                self.metrics.samples_dropped.inc(dropped)
+        self._cond.notify_all()
+
+    def _retire_producer(self, generation: int, reason: str) -> None:
+        """Stop using producer ``generation`` if it is still the current one: what it holds unreported goes back to
+        the buffer, its later reports are ignored, it closes in the background (its own I/O thread may be the
+        caller), and the next attempt, after the backoff, starts a new one."""
+        with self._cond:
+            producer = self._producer
+            if generation != self._generation or producer is None:
+                return  # retired already
+            self._producer = None
+            self._generation += 1
+            records = [record for record, _sent in self._pending.values()]
+            self._pending.clear()
+            self._in_flight_samples = 0
+            self._requeue(records)
+            self._failed(reason)  # the backoff set before the sender thread, woken, can connect again
+        # what it still holds is back in the buffer: abort it at once (the caller may be its own I/O thread)
+        threading.Thread(target=close_producer, args=(producer, 0), name="replmon-publisher-close",
+                         daemon=True).start()
         self._update_gauge()
 
     # ------------------------------------------------------------------ bookkeeping
     def _failed(self, reason: str) -> None:
-        if self._outage is None:
-            log.warning("replmon publisher: %s; buffering up to %d samples and retrying with backoff",
-                        reason, self.max_buffered)
-            if self.metrics:
-                self.metrics.errors.labels(cluster="samples", kind="publish").inc()
-        self._outage = reason
-        self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, self._backoff_s * 2))
+        with self._cond:  # reentrant: callers may hold it
+            if self._outage is None:
+                log.warning("replmon publisher: %s; buffering up to %d samples and retrying with backoff",
+                            reason, self.max_buffered)
+                if self.metrics:
+                    self.metrics.errors.labels(cluster="samples", kind="publish").inc()
+            self._outage = reason
+            self._backoff_s = min(BACKOFF_MAX_S, max(BACKOFF_MIN_S, self._backoff_s * 2))
 
     def _recovered(self) -> None:
-        if self._outage is not None:
-            log.warning("replmon publisher: the samples cluster is back")
-        self._outage = None
-        self._backoff_s = 0.0
+        with self._cond:
+            if self._outage is not None:
+                log.warning("replmon publisher: the samples cluster is back")
+            self._outage = None
+            self._backoff_s = 0.0
 
     def _count_dropped(self, n: int, reason: str) -> None:
         with self._cond:

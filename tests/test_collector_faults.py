@@ -116,7 +116,7 @@ def scrape(port: int) -> dict[str, float]:
 def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
         healthy_cluster: LocalCluster, samples_cluster: LocalCluster, topic_name: str,
         producer_factory: Callable[..., SequencedProducer],
-        collectors: Callable[..., subprocess.Popen[str]]) -> None:
+        collectors: Callable[..., subprocess.Popen[str]], tmp_path: Path) -> None:
     view = KafkaView(healthy_cluster.bootstrap_servers)
     try:
         view.create_topic(topic_name, assignment={0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]})
@@ -189,7 +189,11 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
         return len(newer) >= 8
 
     # the publisher retries with backoff up to 30 s, and sends still in flight time out after 30 s
-    wait_until(resumed, 150, "samples taken after the outage in the samples topic", interval_s=1)
+    try:
+        wait_until(resumed, 150, "samples taken after the outage in the samples topic", interval_s=1)
+    except AssertionError as exc:
+        log = (tmp_path / "collect-1.log").read_text().splitlines()  # the publishing collector's stderr
+        raise AssertionError(f"{exc}\nthe publishing collector's log, its end:\n" + "\n".join(log[-60:])) from None
     after = scrape(metrics_port)
     assert after["replmon_collector_samples_published_total"] > published_before
     assert after["replmon_collector_samples_buffered"] <= BUFFER

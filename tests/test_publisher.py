@@ -13,6 +13,7 @@ from kafka import KafkaConsumer
 from kafka.errors import NotEnoughReplicasError
 from kafka.future import Future
 
+from collectors import publisher
 from collectors.metrics import CollectorMetrics
 from collectors.publisher import JsonLinesOutput, SamplePublisher, record_key
 from replmon.contracts.batches import entries, is_batch
@@ -154,6 +155,64 @@ def test_retriable_delivery_failures_are_sent_again_not_dropped() -> None:
     assert pub.dropped == 0 and pub.published == 3 and pub.outage is None
     delivered = [s.cycle for s in sent_samples([v for _, _, v in producer.sent])]
     assert sorted(delivered[-3:]) == [0, 1, 2]
+
+
+class SilentProducer(FakeProducer):
+    """Takes every record and never reports one: a producer that lost track of its sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.futures: list[Future] = []
+        self.closed = threading.Event()
+
+    def send(self, topic: str, key: bytes, value: bytes) -> Future:
+        self.sent.append((topic, key, value))
+        self.futures.append(Future())
+        return self.futures[-1]
+
+    def close(self, timeout: float | None = None) -> None:
+        self.closed.set()
+
+
+def test_a_retriable_failure_retires_the_producer_and_a_new_one_delivers() -> None:
+    """The records a failing producer still holds go back to the buffer with the one that failed; a new producer
+    sends them. What the retired producer reports afterwards changes nothing: no sample counted twice."""
+    first, second = SilentProducer(), FakeProducer()
+    producers = iter([first, second])
+    pub = SamplePublisher(config("json"), producer_factory=lambda kw: next(producers), topic_creator=lambda c: None)
+    pub.publish([partition_sample(i) for i in range(3)])
+    wait_until(lambda: len(first.sent) == 3, 10, "three records handed to the first producer", interval_s=0.01)
+    first.futures[1].failure(NotEnoughReplicasError())
+    assert first.closed.wait(10), "the failing producer is closed"
+    assert pub.flush(timeout_s=20), pub.outage
+    first.futures[0].success(None)  # a late report of the retired producer
+    first.futures[2].failure(NotEnoughReplicasError())
+    assert [s.cycle for s in sent_samples([v for _, _, v in second.sent])] == [0, 1, 2]
+    assert pub.published == 3 and pub.dropped == 0 and pub.buffered == 0 and pub.outage is None
+    pub.close()
+
+
+def test_a_producer_that_stops_reporting_is_retired_after_its_delivery_timeout(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kafka-python reports every record by delivery.timeout.ms; one it never reports does not hold the buffer's
+    room for ever (while records are unreported, newer samples are dropped to keep the bound)."""
+    monkeypatch.setattr(publisher, "DELIVERY_TIMEOUT_MS", 300)
+    monkeypatch.setattr(publisher, "UNREPORTED_GRACE_S", 0.2)
+    first, second = SilentProducer(), FakeProducer()
+    producers = iter([first, second])
+    metrics = CollectorMetrics()
+    pub = SamplePublisher(config("json", buffer_max_samples=4), producer_factory=lambda kw: next(producers),
+                          topic_creator=lambda c: None, metrics=metrics)
+    pub.publish([partition_sample(i) for i in range(4)])
+    wait_until(lambda: len(first.sent) == 4, 10, "four records handed to the first producer", interval_s=0.01)
+    pub.publish([partition_sample(4)])  # no room while the four are unreported: the newest goes
+    assert pub.dropped == 1
+    assert first.closed.wait(10), "the silent producer is retired"
+    assert pub.flush(timeout_s=20), pub.outage
+    assert sorted(s.cycle for s in sent_samples([v for _, _, v in second.sent])) == [0, 1, 2, 3]
+    assert pub.published == 4 and pub.outage is None
+    assert metrics.registry.get_sample_value("replmon_collector_samples_published_total") == 4
+    pub.close()
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from replmon.core.kafka_producers import close_producer
 from replmon.testbed.localcluster.dump import log_records
 
 
@@ -145,7 +146,7 @@ class SequencedProducer:
         # its pending sends fail once delivery_timeout_ms expires: only then can it close (a close that times out
         # leaves it open, and Python prints its __del__'s failed close)
         grace_s = self._config["delivery_timeout_ms"] / 1000 + 5
-        threading.Thread(target=_close_quietly, args=(old, grace_s), daemon=True).start()
+        threading.Thread(target=close_producer, args=(old, grace_s), daemon=True).start()
 
     def pause(self) -> None:
         """Stop writing; returns with every message sent so far acknowledged or failed (a send the loop had begun
@@ -198,22 +199,7 @@ class SequencedProducer:
         self._running.set()
         if self._thread.is_alive():
             self._thread.join(timeout=10)
-        _close_quietly(self._producer, 5)
-
-
-def _close_quietly(producer: KafkaProducer, timeout_s: float) -> None:
-    """Close, aborting what is still pending after ``timeout_s``. kafka-python's close raises from its flush while
-    sends are pending and then never marks the producer closed: its ``__del__`` fails the same way at exit and
-    Python prints the traceback. Its sender is stopped here as close itself stops it after a timeout."""
-    try:
-        producer.close(timeout=timeout_s)
-    except Exception:
-        sender = getattr(producer, "_sender", None)
-        with contextlib.suppress(Exception):
-            if sender is not None:
-                sender.force_close()
-                sender.join(timeout_s)
-        producer._closed = True
+        close_producer(self._producer, 5)
 
 
 Record = tuple[int, int, int]
