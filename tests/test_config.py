@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from replmon.core.config import ReplmonConfig, load_config
+from replmon.core.config import GrafanaConfig, ReplmonConfig, StreamConfig, load_config
 from replmon.core.errors import ReplmonError
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "conf" / "replmon.example.yaml"
@@ -72,6 +72,17 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert config.clusters[0].name == "a"
     config = load_config(path, env={"REPLMON_CLUSTERS": '[{"name": "b", "bootstrap_servers": ["k:1"]}]'})
     assert [c.name for c in config.clusters] == ["b"]
+
+
+def test_environment_overrides_a_section_built_in_code_key_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A configuration built from model instances (the benches, the test bed) keeps what the environment does not
+    override, as one loaded from YAML does; a secret in such a section survives the merge."""
+    monkeypatch.setenv("REPLMON_STREAM__TRIGGER_INTERVAL_S", "7")
+    config = ReplmonConfig(stream=StreamConfig(checkpoint_dir="/data/cp", max_offsets_per_trigger=5),
+                           grafana=GrafanaConfig(token="t0ken"))
+    assert config.stream.trigger_interval_s == 7
+    assert str(config.stream.checkpoint_dir) == "/data/cp" and config.stream.max_offsets_per_trigger == 5
+    assert config.grafana.token is not None and config.grafana.token.get_secret_value() == "t0ken"
 
 
 def test_secrets_are_never_printed(tmp_path: Path) -> None:

@@ -281,7 +281,10 @@ class GrafanaConfig(_Section):
 
 
 class ReplmonConfig(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="REPLMON_", env_nested_delimiter="__", extra="forbid")
+    # nested_model_default_partial_update: a section given as a model instance (a configuration built in code) is
+    # merged with its environment overrides key by key, as a YAML mapping is, not replaced by them
+    model_config = SettingsConfigDict(env_prefix="REPLMON_", env_nested_delimiter="__", extra="forbid",
+                                      nested_model_default_partial_update=True)
 
     clusters: list[ClusterConfig] = []
     collector: CollectorConfig = CollectorConfig()
