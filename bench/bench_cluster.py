@@ -24,9 +24,9 @@ processor runs unchanged: the executors cannot reach the driver's files). Figure
 
 * samples/s: rows / batch duration (Spark's progress), bench_stream.capacity;
 * per stage and per task, from the event log: the read stage (Kafka read, parse, shuffle write; one task per
-  topic partition) and the state stage (shuffle read, transformWithStateInPandas, the Arrow collect to the
-  driver); a task's rate is the samples it handled (shuffle records read; read stage: records written) / its
-  executor run time;
+  topic partition, or stream.read_tasks, the executor cores by default, where those are more) and the state
+  stage (shuffle read, transformWithStateInPandas, the Arrow collect to the driver); a task's rate is the
+  samples it handled (shuffle records read; read stage: records written) / its executor run time;
 * the driver's share: batch duration - the time Spark jobs ran (the collect's job and the history writes), i.e.
   planning, commits, the Arrow-to-pandas end of the collect and the handler's own Python, all on the driver.
 
@@ -64,16 +64,20 @@ from bench.bench_stream import (  # noqa: E402
     WARMUP_BATCHES,
     Latency,
     ProgressLog,
+    SampleCounts,
     bench_classes,
     capacity,
     check_template,
     consumed,
+    end_offsets,
     fill_backlog,
     first_cycle_batches,
     job_arguments,
     loadavg,
+    records_for,
     sample_template,
     shut_down,
+    topic_ends,
 )
 from bench.docsection import write_section  # noqa: E402
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
@@ -113,7 +117,8 @@ def job_config(spec: dict[str, Any]) -> ReplmonConfig:
         transport=transport_config(spec["bootstrap"]),
         stream=StreamConfig(spark_master=spec["master"], trigger_interval_s=spec["trigger"],
                             checkpoint_dir=f"{store}/checkpoint", history_dir=f"{store}/history",
-                            starting_offsets="earliest", max_offsets_per_trigger=spec["batch"], metrics_port=0,
+                            starting_offsets="earliest", metrics_port=0,
+                            max_offsets_per_trigger=records_for(spec["batch"], spec["partitions"], spec["transport"]),
                             state_parallelism=spec["tasks"], state_buckets=STATE_BUCKETS, driver_host="127.0.0.1",
                             driver_bind_address="127.0.0.1", spark_conf=conf))
 
@@ -274,8 +279,12 @@ def steady_batches(progress: list[dict[str, Any]], skip: int) -> list[dict[str, 
     return batches
 
 
-def figures(spec: dict[str, Any], result: dict[str, Any], spark_log: dict[str, Any]) -> dict[str, Any]:
-    progress, skip = result["progress"], result["skip"]
+def figures(spec: dict[str, Any], result: dict[str, Any], spark_log: dict[str, Any],
+            counts: SampleCounts) -> dict[str, Any]:
+    """One mode's figures over its steady batches, in samples (``counts``: the samples the backlog's records hold).
+    A task's samples: its records' share of its batch's samples (a read task's Kafka records, a state task's
+    bucket shares read from the shuffle); batch records of one cycle are alike in size, so the share is close."""
+    progress, skip = [counts.annotate(p) for p in result["progress"]], result["skip"]
     rate, count, series = capacity(progress, skip)
     steady = steady_batches(progress, skip)
     if len(steady) != count:
@@ -306,6 +315,12 @@ def figures(spec: dict[str, Any], result: dict[str, Any], spark_log: dict[str, A
         if timing:
             handler_start = timing["t"] - timing["handler"]
             tail = handler_start + timing["spark_and_collect"] - collect_job["end"]
+        samples = p["numInputRows"]
+        read_key = "input_records" if sum(t["input_records"] for t in read[0]["tasks"]) else "written_records"
+        for tasks, key in ((state[0]["tasks"], "read_records"), (read[0]["tasks"], read_key)):
+            records = sum(t[key] for t in tasks) or 1
+            for t in tasks:
+                t["samples"] = samples * t[key] / records
         state_tasks += state[0]["tasks"]
         read_tasks += read[0]["tasks"]
         rows.append({
@@ -323,8 +338,8 @@ def figures(spec: dict[str, Any], result: dict[str, Any], spark_log: dict[str, A
     frame = pd.DataFrame(rows)
     mean = frame.mean(numeric_only=True)
 
-    def per_task(tasks: list[dict[str, Any]], key: str) -> dict[str, float]:
-        records = np.array([t[key] for t in tasks], dtype=float)
+    def per_task(tasks: list[dict[str, Any]]) -> dict[str, float]:
+        records = np.array([t["samples"] for t in tasks], dtype=float)
         run = np.array([t["run_s"] for t in tasks], dtype=float)
         return {"tasks": float(len(tasks)), "records": float(records.mean()), "run_s": float(np.median(run)),
                 "rate": float(records.sum() / run.sum()), "rate_median": float(np.median(records / run)),
@@ -332,27 +347,33 @@ def figures(spec: dict[str, Any], result: dict[str, Any], spark_log: dict[str, A
                 "deserialize_s": float(np.median([t["deserialize_s"] for t in tasks])),
                 "gc_s": float(np.median([t["gc_s"] for t in tasks]))}
 
-    read_key = "input_records" if sum(t["input_records"] for t in read_tasks) else "written_records"
     start = min(x for x, _ in series) if series else 0.0
     return {"label": spec["label"], "workers": spec["workers"], "tasks": spec["tasks"], "rate": rate,
             "steady": count, "complete": result["complete"],
-            "read": consumed(progress[-1]) if progress else 0, "executors": spark_log["executors"],
+            "read": counts.at(end_offsets(progress[-1])) if progress else 0, "executors": spark_log["executors"],
             "batch_s_median": float(frame["batch_s"].median()), "mean": {k: float(v) for k, v in mean.items()},
-            "state": per_task(state_tasks, "read_records"), "read_stage": per_task(read_tasks, read_key),
-            "read_key": read_key, "series": [(x - start, y) for x, y in series],
+            "state": per_task(state_tasks), "read_stage": per_task(read_tasks),
+            "series": [(x - start, y) for x, y in series],
             "first_batch_s": next((q["batchDuration"] / 1000 for q in progress if q.get("numInputRows")),
                                   float("nan")),
             "session_s": result["session_s"], "start_job_s": result["start_job_s"],
             "load_start": result["load_start"], "load_end": result["load_end"]}
 
 
+def projected_read_tasks(cores: int) -> int:
+    """The read stage's tasks with ``cores`` executor cores: one per topic partition, or stream.read_tasks (by
+    default the cores: the Kafka source's minPartitions) where those are more."""
+    return max(TOPIC_PARTITIONS, cores)
+
+
 def projection(f: dict[str, Any], batch: int, cores: int, buckets: int) -> float:
     """Samples/s of a batch of ``batch`` samples with ``cores`` executor cores, from one mode's measured figures:
-    the driver's time and the history writes fixed per batch, the read stage's 6 tasks (one per topic partition)
-    in ceil(6 / cores) waves, the state stage's min(cores, buckets) tasks in one, each task at its measured
+    the driver's time and the history writes fixed per batch, the read stage's :func:`projected_read_tasks` in
+    ceil(tasks / cores) waves, the state stage's min(cores, buckets) tasks in one, each task at its measured
     rate (an estimate: each task costs the same per sample as it did here, with nothing else on its core)."""
     m = f["mean"]
-    read = math.ceil(TOPIC_PARTITIONS / cores) * (batch / TOPIC_PARTITIONS) / f["read_stage"]["rate"]
+    tasks = projected_read_tasks(cores)
+    read = math.ceil(tasks / cores) * (batch / tasks) / f["read_stage"]["rate"]
     state = batch / min(cores, buckets) / f["state"]["rate"]
     return batch / (m["driver_s"] + m["other_jobs_s"] + read + state)
 
@@ -419,22 +440,23 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             print(f"kafka {bootstrap} and hdfs {hdfs.uri} up in {time.monotonic() - started:.0f} s", flush=True)
             ensure_topic(ReplmonConfig(transport=transport_config(bootstrap)), SAMPLES_TOPIC)
             sent, seconds, backlog = fill_backlog(work, bootstrap, args.partitions, args.backlog_cycles, args.churn,
-                                                  producers)
-            if backlog != sent:
-                raise RuntimeError(f"topic holds {backlog} records, {sent} sent")
-            results["backlog"] = backlog
+                                                  producers, transport=args.transport)
+            counts = SampleCounts(work, args.transport)
+            if counts.at(topic_ends(bootstrap)) != sent:
+                raise RuntimeError(f"topic holds {counts.at(topic_ends(bootstrap))} samples, {sent} sent")
+            results["backlog"], results["backlog_samples"] = backlog, sent
             print(f"backlog: {sent:,} samples in {seconds:.1f} s; topic holds {backlog:,}", flush=True)
             modes = ([(f"local[{args.local_cores}]", 0, args.local_cores)] if args.local_cores else [])
             modes += [(f"{w} worker{'s' if w > 1 else ''}", w, w) for w in args.workers]
             for label, workers, tasks in modes:
                 spec = {"label": label, "name": label.replace(" ", "-").replace("[", "").replace("]", ""),
                         "workers": workers, "tasks": tasks, "master": label if not workers else "",
-                        "bootstrap": bootstrap, "hdfs": hdfs.uri, "trigger": args.trigger,
+                        "bootstrap": bootstrap, "hdfs": hdfs.uri, "trigger": args.trigger, "transport": args.transport,
                         "batch": args.backlog_batch, "partitions": args.partitions, "backlog": backlog,
                         "phase_timeout": args.phase_timeout, "warmup_timeout": args.warmup_timeout}
                 print(f"{label}: starting", flush=True)
                 result = run_mode(work, spec, args.warmup_timeout + args.phase_timeout + 300)
-                mode = figures(spec, result, read_eventlog(Path(spec["eventlog"])))
+                mode = figures(spec, result, read_eventlog(Path(spec["eventlog"])), counts)
                 results["modes"].append(mode)
                 print(f"{label}: {mode['rate']:,.0f} samples/s over {mode['steady']} steady batches "
                       f"({mode['read']:,} read), {mode['executors']} executors; state task "
@@ -491,7 +513,6 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> tuple[list[str], list
             f"{(m['mean'].get('ms_walCommit', 0) + m['mean'].get('ms_commitOffsets', 0)) / 1000:.2f} s"),
         row("first batch (warm-up, not measured)", lambda m: s(m["first_batch_s"])),
     ]
-    ref = modes[-1] if modes else None
     notes = [
         f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark 4.0.0, one broker of Kafka 4.3.1, "
         "HDFS 3.4.1 (one namenode and datanode in one JVM); the broker, the HDFS JVM, the driver (JVM and Python), "
@@ -501,24 +522,27 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> tuple[list[str], list
         f"Workload: bench_stream's: {args.partitions:,} partitions ({max(1, args.partitions // PER_TOPIC)} topics x "
         f"{min(PER_TOPIC, args.partitions)}) x RF 3, one sample per partition per cycle, {args.churn}/1000 of the "
         f"partitions per cycle with a shrunk ISR; samples topic of {TOPIC_PARTITIONS} partitions. Backlog "
-        f"{r['backlog']:,} samples ({args.backlog_cycles} cycles), read by each mode from its start in batches of "
-        f"{args.backlog_batch:,} (maxOffsetsPerTrigger), trigger {args.trigger:g} s, "
+        f"{r['backlog_samples']:,} samples ({args.backlog_cycles} cycles) in {r['backlog']:,} Kafka records ("
+        + ("partition_batch/v1 records, as the collector writes them" if args.transport == "batch"
+           else "a JSON record per sample")
+        + f"), read by each mode from its start in batches of {args.backlog_batch:,} samples ("
+        f"{records_for(args.backlog_batch, args.partitions, args.transport):,} records: maxOffsetsPerTrigger), "
+        f"trigger {args.trigger:g} s, "
         f"{STATE_BUCKETS} state buckets; the first cycle and at least {WARMUP_BATCHES} batches "
         "excluded, as bench_stream does. Each mode: a driver process of its own (a fresh JVM), a fresh checkpoint "
         "and history on HDFS, spark.driver.memory 2g; the clusters: workers of one core and "
         f"{WORKER_MEMORY}, spark.executor.cores 1, spark.executor.memory {EXECUTOR_MEMORY}, spark.cores.max = "
         "workers, stream.state_parallelism = workers, spark.shuffle.readHostLocalDisk false; local[2]: "
         "stream.state_parallelism 2. Modes in the order of the table, one run each.",
-        "Per task, from Spark's event log (spark.eventLog.enabled): a state task's samples are its shuffle records "
-        "read, a read task's its "
-        + ("input records" if ref and ref["read_key"] == "input_records" else "shuffle records written")
-        + "; its rate = samples / executor run time, summed over the steady batches' tasks. The state task's run "
-        "time includes its Python worker (transformWithStateInPandas) and sending its Arrow batches to the driver. "
-        "'Driver only' = batch duration (progress) - the union of the batch's Spark jobs (submission to "
-        "completion, event log): query planning, offsets and commit logs on HDFS, the Arrow-to-pandas end of "
-        "batch.toPandas() and the foreachBatch handler's Python (exporter, events, the history's frames); the "
-        "collect's end = the end of the handler's toPandas (its timer, bench_stream's TimedHandler) - the "
-        "completion of its Spark job, and includes the handler's few untimed steps.",
+        "Per task, from Spark's event log (spark.eventLog.enabled): a task's samples are its batch's samples in "
+        "the share of its records (a read task's Kafka records, a state task's bucket shares read from the "
+        "shuffle); its rate = samples / executor run time, summed over the steady batches' tasks. The state "
+        "task's run time includes its Python worker (transformWithStateInPandas) and sending its output to the "
+        "driver's collect. 'Driver only' = batch duration (progress) - the union of the batch's Spark jobs "
+        "(submission to completion, event log): query planning, offsets and commit logs on HDFS, the end of the "
+        "collect of the buckets' messages and the foreachBatch handler's Python (exporter, events); the collect's "
+        "end = the end of the handler's collect (its timer, bench_stream's TimedHandler) - the completion of its "
+        "Spark job, and includes the handler's few untimed steps.",
     ]
     return header, table, notes
 
@@ -532,19 +556,22 @@ def projection_note(args: argparse.Namespace, r: dict[str, Any]) -> tuple[str, d
     base = [m for m in r["modes"] if m["workers"]][-1]
     values = curves[base["label"]]
     m = base["mean"]
+    # unbounded cores: the read in as many tasks (its time goes to nothing), the state in one task per bucket
     limit = args.backlog_batch / (m["driver_s"] + m["other_jobs_s"]
-                                  + args.backlog_batch / TOPIC_PARTITIONS / base["read_stage"]["rate"]
                                   + args.backlog_batch / buckets / base["state"]["rate"])
     note = (
         f"Projection to more executor cores (an estimate from the {base['label']} run's measured figures, not a "
         f"measurement): a batch of {args.backlog_batch:,} samples takes the driver's {m['driver_s']:.2f} s and the "
         f"history writes' {m['other_jobs_s']:.2f} s as measured (they do not shrink with executors), the read stage "
-        f"its {TOPIC_PARTITIONS} tasks (one per topic partition) at {base['read_stage']['rate']:,.0f} samples/s "
-        f"each in ceil({TOPIC_PARTITIONS} / cores) waves, the state stage min(cores, {buckets} buckets) tasks at "
+        f"max({TOPIC_PARTITIONS} topic partitions, cores) tasks (stream.read_tasks: the cores) at "
+        f"{base['read_stage']['rate']:,.0f} samples/s each in ceil(tasks / cores) waves, the "
+        f"state stage min(cores, {buckets} buckets) tasks at "
         f"{base['state']['rate']:,.0f} samples/s each: "
         + ", ".join(f"{c} cores {v:,.0f}" for c, v in zip(PROJECTED_CORES, values, strict=True))
         + f" samples/s; the limit with unbounded cores is {limit:,.0f} samples/s, set by the driver's "
-        f"{m['driver_s'] + m['other_jobs_s']:.2f} s per batch. It assumes each task keeps the rate it had here and "
+        f"{m['driver_s'] + m['other_jobs_s']:.2f} s per batch and the state stage's "
+        f"{args.backlog_batch / buckets / base['state']['rate']:.2f} s in one task per bucket. It assumes each "
+        "task keeps the rate it had here and "
         "the driver, broker and HDFS have cores of their own (here they share them, so the measured per-task rates "
         "are lower bounds for a dedicated core), and neglects the fixed cost per task (state store load and commit, "
         "Python worker), which grows in share as tasks get fewer samples each.")
@@ -619,6 +646,9 @@ def main() -> int:
     parser.add_argument("--backlog-cycles", type=int, default=15)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the standalone clusters' sizes")
     parser.add_argument("--local-cores", type=int, default=2, help="N of the local[N] reference (0: none)")
+    parser.add_argument("--transport", choices=("batch", "json"), default="batch",
+                        help="the samples' format: partition_batch/v1 records (the collector's default) or a JSON "
+                             "record per sample")
     parser.add_argument("--phase-timeout", type=float, default=120,
                         help="seconds at most for a mode after its warm-up batches")
     job_arguments(parser, "maxOffsetsPerTrigger of every mode")
