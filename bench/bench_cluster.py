@@ -3,14 +3,15 @@ run: the same backlog, the same settings, checkpoint and history on HDFS in ever
 Spark's event log.
 
     .venv/bin/python bench/bench_cluster.py [--partitions 20000] [--backlog-cycles 15] [--backlog-batch 20000]
-        [--workers 1 2] [--local-cores 2] [--trigger 2] [--phase-timeout 120] [--warmup-timeout 240]
-        [--keep] [--no-write]
+        [--workers 1 2] [--local-cores 2] [--transport batch] [--trigger 2] [--phase-timeout 120]
+        [--warmup-timeout 240] [--keep] [--no-write]
 
 Starts a one-broker local Kafka and a one-datanode HDFS (replmon.testbed.hdfs) in a temporary directory, fills
 the samples topic (6 partitions) with a backlog of ``--backlog-cycles`` cycles over ``--partitions`` partitions
-(bench_stream's producer JVM and workload), then, one mode after the other, runs the job
-(streaming.job.start_job) on the whole backlog from its start with maxOffsetsPerTrigger ``--backlog-batch``,
-until it has read it all or ``--phase-timeout`` s after its warm-up batches:
+(bench_stream's producers and workload: the collector's batch records, or a JSON record per sample), then, one
+mode after the other, runs the job (streaming.job.start_job) on the whole backlog from its start, about
+``--backlog-batch`` samples a micro-batch (maxOffsetsPerTrigger: the records that hold them), until it has read
+it all or ``--phase-timeout`` s after its warm-up batches:
 
 * ``local[N]`` (``--local-cores``, 0: none): the reference, the tasks in the driver's JVM;
 * ``W workers`` (each of ``--workers``): a StandaloneCluster (replmon.testbed.sparkcluster) of W workers of one
@@ -651,7 +652,7 @@ def main() -> int:
                              "record per sample")
     parser.add_argument("--phase-timeout", type=float, default=120,
                         help="seconds at most for a mode after its warm-up batches")
-    job_arguments(parser, "maxOffsetsPerTrigger of every mode")
+    job_arguments(parser, "samples per micro-batch of every mode (maxOffsetsPerTrigger: the records holding them)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory (logs, event logs)")
     parser.add_argument("--drive", type=Path, help=argparse.SUPPRESS)  # one mode's driver (internal)
     args = parser.parse_args()
