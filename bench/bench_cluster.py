@@ -27,7 +27,7 @@ processor runs unchanged: the executors cannot reach the driver's files). Figure
 * per stage and per task, from the event log: the read stage (Kafka read, parse, shuffle write; one task per
   topic partition, or stream.read_tasks, the executor cores by default, where those are more) and the state
   stage (shuffle read, transformWithStateInPandas, the Arrow collect to the driver); a task's rate is the
-  samples it handled (shuffle records read; read stage: records written) / its executor run time;
+  samples it handled (its batch's samples in the share of its records) / its executor run time;
 * the driver's share: batch duration - the time Spark jobs ran (the collect's job and the history writes), i.e.
   planning, commits, the Arrow-to-pandas end of the collect and the handler's own Python, all on the driver.
 
@@ -443,8 +443,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             sent, seconds, backlog = fill_backlog(work, bootstrap, args.partitions, args.backlog_cycles, args.churn,
                                                   producers, transport=args.transport)
             counts = SampleCounts(work, args.transport)
-            if counts.at(topic_ends(bootstrap)) != sent:
-                raise RuntimeError(f"topic holds {counts.at(topic_ends(bootstrap))} samples, {sent} sent")
+            held = counts.at(topic_ends(bootstrap))
+            if held != sent:
+                raise RuntimeError(f"topic holds {held} samples, {sent} sent")
             results["backlog"], results["backlog_samples"] = backlog, sent
             print(f"backlog: {sent:,} samples in {seconds:.1f} s; topic holds {backlog:,}", flush=True)
             modes = ([(f"local[{args.local_cores}]", 0, args.local_cores)] if args.local_cores else [])
@@ -647,9 +648,6 @@ def main() -> int:
     parser.add_argument("--backlog-cycles", type=int, default=15)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="the standalone clusters' sizes")
     parser.add_argument("--local-cores", type=int, default=2, help="N of the local[N] reference (0: none)")
-    parser.add_argument("--transport", choices=("batch", "json"), default="batch",
-                        help="the samples' format: partition_batch/v1 records (the collector's default) or a JSON "
-                             "record per sample")
     parser.add_argument("--phase-timeout", type=float, default=120,
                         help="seconds at most for a mode after its warm-up batches")
     job_arguments(parser, "samples per micro-batch of every mode (maxOffsetsPerTrigger: the records holding them)")

@@ -1179,6 +1179,9 @@ def fill_backlog(work: Path, bootstrap: str, partitions: int, cycles: int, churn
 def job_arguments(parser: argparse.ArgumentParser, backlog_batch_help: str) -> None:
     """The options of the job's runs that bench_stream and bench_cluster share."""
     parser.add_argument("--trigger", type=float, default=2.0)
+    parser.add_argument("--transport", choices=("batch", "json"), default="batch",
+                        help="the samples' format: partition_batch/v1 records (the collector's default) or a JSON "
+                             "record per sample")
     parser.add_argument("--churn", type=int, default=1, help="per mille of partitions with a shrunk ISR per cycle")
     parser.add_argument("--warmup-timeout", type=float, default=240,
                         help="seconds at most for the first batches of each run (not measured)")
@@ -1189,9 +1192,6 @@ def job_arguments(parser: argparse.ArgumentParser, backlog_batch_help: str) -> N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--partitions", type=int, default=100_000)
-    parser.add_argument("--transport", choices=("batch", "json"), default="batch",
-                        help="the samples' format: partition_batch/v1 records (the collector's default) or a JSON "
-                             "record per sample")
     parser.add_argument("--rate", type=float, default=100_000, help="samples/s offered in the live phase")
     parser.add_argument("--duration", type=float, default=120, help="seconds of the live phase")
     parser.add_argument("--kept-fraction", type=float, default=0.5,

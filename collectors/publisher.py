@@ -212,20 +212,12 @@ class SamplePublisher:
         records = encode_records(samples, self.config.transport.sample_format)
         if not records:
             return
-        dropped = 0
         with self._cond:
             if self._closing:
                 raise RuntimeError("SamplePublisher is closed")
             self._buffer.extend(records)
             self._buffered += sum(count for _, _, count in records)
-            # the bound covers what the producer holds unacknowledged too: that is memory as well
-            while self._buffer and self._buffered + self._in_flight_samples > self.max_buffered:
-                count = self._buffer.popleft()[2]  # the oldest go first: newer samples supersede them
-                self._buffered -= count
-                dropped += count
-            self._cond.notify_all()
-        if dropped:
-            self._count_dropped(dropped, "buffer full")
+            self._trim()
         self._update_gauge()
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -280,14 +272,13 @@ class SamplePublisher:
             with self._cond:
                 while not self._closing and (not self._buffer or len(self._pending) >= self._max_in_flight):
                     self._cond.wait(0.5)
-                    if self._unreported_s() > DELIVERY_TIMEOUT_MS / 1000 + UNREPORTED_GRACE_S:
+                    if self._lost_track_s() is not None:
                         break
                 if self._closing:
                     return
-                unreported_s, generation = self._unreported_s(), self._generation
-            if unreported_s > DELIVERY_TIMEOUT_MS / 1000 + UNREPORTED_GRACE_S:
-                self._retire_producer(generation, f"the producer has not reported a record sent {unreported_s:.0f} "
-                                      "s ago")
+                lost_s, generation = self._lost_track_s(), self._generation
+            if lost_s is not None:
+                self._retire_producer(generation, f"the producer has not reported a record sent {lost_s:.0f} s ago")
                 continue
             if self._backoff_s:
                 with self._cond:
@@ -348,34 +339,35 @@ class SamplePublisher:
             future.add_callback(self._on_ack, generation, send)
             future.add_errback(self._on_error, generation, send)
 
-    def _settle(self, generation: int, send: int) -> Record | None:
-        """The record of ``send``, no longer pending; None when its producer was retired (the record went back to
+    def _settle(self, generation: int, send: int, delivered: bool = False) -> Record | None:
+        """The record of ``send``, no longer pending (``delivered``: counted published, and the outage over, at
+        once, so that flush() sees all or nothing); None when its producer was retired (the record went back to
         the buffer then)."""
         with self._cond:
             if generation != self._generation:
                 return None
             record = self._pending.pop(send)[0]
             self._in_flight_samples -= record[2]
+            if delivered:
+                self._published += record[2]
+                self._recovered()
             self._cond.notify_all()
             return record
 
-    def _unreported_s(self) -> float:
-        """How long ago the oldest record the producer has not reported was sent (0 with none); under the lock."""
+    def _lost_track_s(self) -> float | None:
+        """How long ago the oldest record the producer has not reported was sent, when that is more than
+        ``UNREPORTED_GRACE_S`` past its delivery timeout (the producer lost track of it); else None. Under the
+        lock."""
         oldest = next(iter(self._pending.values()), None)
-        return 0.0 if oldest is None else time.monotonic() - oldest[1]
+        age_s = 0.0 if oldest is None else time.monotonic() - oldest[1]
+        return age_s if age_s > DELIVERY_TIMEOUT_MS / 1000 + UNREPORTED_GRACE_S else None
 
     def _on_ack(self, generation: int, send: int, _metadata: Any) -> None:
-        with self._cond:  # settled, counted and the outage over at once: flush() sees all or nothing
-            if generation != self._generation:
-                return
-            count = self._pending.pop(send)[0][2]
-            self._in_flight_samples -= count
-            self._published += count
-            if self._outage is not None:
-                self._recovered()
-            self._cond.notify_all()
+        record = self._settle(generation, send, delivered=True)
+        if record is None:
+            return
         if self.metrics:
-            self.metrics.samples_published.inc(count)
+            self.metrics.samples_published.inc(record[2])
         self._update_gauge()
 
     def _on_error(self, generation: int, send: int, exc: BaseException) -> None:
@@ -392,21 +384,17 @@ class SamplePublisher:
         self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
         self._update_gauge()
 
-    def _requeue(self, records: list[Record]) -> None:
-        """Put ``records`` back at the head of the buffer in their order, within the bound (the oldest dropped
-        first, as in publish); under the lock."""
-        self._buffer.extendleft(reversed(records))
-        self._buffered += sum(count for _, _, count in records)
+    def _trim(self) -> None:
+        """Drop the oldest buffered records, counted, until the buffer is within its bound, which covers what the
+        producer holds unacknowledged too (that is memory as well); newer samples supersede older ones. Under the
+        lock; wakes the sender."""
         dropped = 0
         while self._buffer and self._buffered + self._in_flight_samples > self.max_buffered:
             count = self._buffer.popleft()[2]
             self._buffered -= count
             dropped += count
-        self._dropped += dropped
         if dropped:
-            log.debug("dropped %d sample(s): buffer full", dropped)
-            if self.metrics:
-                self.metrics.samples_dropped.inc(dropped)
+            self._count_dropped(dropped, "buffer full")
         self._cond.notify_all()
 
     def _retire_producer(self, generation: int, reason: str) -> None:
@@ -422,7 +410,9 @@ class SamplePublisher:
             records = [record for record, _sent in self._pending.values()]
             self._pending.clear()
             self._in_flight_samples = 0
-            self._requeue(records)
+            self._buffer.extendleft(reversed(records))  # back at the head, in the order they were sent
+            self._buffered += sum(count for _, _, count in records)
+            self._trim()
             self._failed(reason)  # the backoff set before the sender thread, woken, can connect again
         # what it still holds is back in the buffer: abort it at once (the caller may be its own I/O thread)
         threading.Thread(target=close_producer, args=(producer, 0), name="replmon-publisher-close",
