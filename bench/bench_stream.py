@@ -410,6 +410,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             spent: dict[str, float] = {}
             counts: dict[str, int] = {}
             last = time.perf_counter()
+            cpu_started = time.process_time()
 
             def step(name: str, count: int) -> None:  # each step starts where the one before ended
                 nonlocal last
@@ -417,6 +418,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
                 spent[name], counts[name], last = now - last, count, now
 
             output = self.process_rows(rows, timerValues.getCurrentProcessingTimeInMs(), int(key[0]), step)
+            spent["cpu"] = time.process_time() - cpu_started
             if prof is not None:
                 prof.disable()
                 TimedProcessor._calls += 1  # type: ignore[attr-defined]
@@ -533,13 +535,31 @@ def capacity(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES
     batches = [p for p in progress if p.get("numInputRows", 0) > 0]
     series = [(pd.Timestamp(p["timestamp"]).timestamp() + p["batchDuration"] / 1000,
                p["numInputRows"] / max(p["batchDuration"], 1) * 1000) for p in batches]
-    steady = batches[skip:]
-    if steady and len(steady) > 1:  # the last one is usually a partial batch
-        steady = [p for p in steady if p["numInputRows"] >= 0.9 * max(q["numInputRows"] for q in steady)]
+    steady = steady_batches(progress, skip)
     return rows_per_s(steady), len(steady), series
 
 
+def steady_batches(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES) -> list[dict[str, Any]]:
+    """The progress of the steady batches: those with rows after the first ``skip``, less a last partial one."""
+    steady = [p for p in progress if p.get("numInputRows", 0) > 0][skip:]
+    if steady and len(steady) > 1:  # the last one is usually a partial batch
+        steady = [p for p in steady if p["numInputRows"] >= 0.9 * max(q["numInputRows"] for q in steady)]
+    return steady
+
+
+def steady_window(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES) -> tuple[float, float]:
+    """When the first steady batch (:func:`steady_batches`) began and the last one ended, epoch seconds; an empty
+    window if there is none."""
+    steady = steady_batches(progress, skip)
+    if not steady:
+        return float("inf"), float("-inf")
+    return (pd.Timestamp(steady[0]["timestamp"]).timestamp(),
+            pd.Timestamp(steady[-1]["timestamp"]).timestamp() + steady[-1]["batchDuration"] / 1000)
+
+
 def profile_summary(profile_dir: Path, since: float, until: float) -> dict[str, float]:
+    """The Python workers' bucket calls that ended between ``since`` and ``until``: their count, partitions and
+    seconds per step (wall), and their CPU seconds (``cpu``: the calls' own process time)."""
     rows = []
     for path in profile_dir.glob("worker-*.jsonl"):
         for line in path.read_text().splitlines():
@@ -549,7 +569,7 @@ def profile_summary(profile_dir: Path, since: float, until: float) -> dict[str, 
     if not rows:
         return {}
     frame = pd.DataFrame(rows)
-    sums = frame[["input", "load", "process", "save", "frame"]].sum()
+    sums = frame[["input", "load", "process", "save", "frame", "cpu"]].sum()
     return {"calls": float(len(frame)), "rows_in": float(frame["rows_in"].sum()),
             **{k: float(v) for k, v in sums.items()}, "partitions_per_bucket": float(frame["partitions"].median())}
 
@@ -569,7 +589,8 @@ def cprofile_top(profile_dir: Path, limit: int = 15) -> str:
 
 def stage_times(spark: Any, since: float, until: float) -> dict[str, dict[str, float]]:
     """Spark's completed stages submitted between ``since`` and ``until`` (epoch s), by the first line of their
-    name: count, tasks, and the executors' run and CPU seconds summed (the UI must be on: --stages)."""
+    name: count, tasks, the executors' run and CPU seconds and the stages' wall seconds (submission to completion)
+    summed (the UI must be on: --stages)."""
     import urllib.request
 
     url = spark.sparkContext.uiWebUrl
@@ -582,8 +603,10 @@ def stage_times(spark: Any, since: float, until: float) -> dict[str, dict[str, f
         if not since <= submitted.timestamp() <= until:
             continue
         name = stage["name"].split("\n")[0][:60]
-        agg = out.setdefault(name, {"stages": 0, "tasks": 0, "run_s": 0.0, "cpu_s": 0.0})
+        agg = out.setdefault(name, {"stages": 0, "tasks": 0, "run_s": 0.0, "cpu_s": 0.0, "wall_s": 0.0})
         agg["stages"] += 1
+        completed = pd.Timestamp(stage.get("completionTime", stage["submissionTime"]).replace("GMT", "Z"))
+        agg["wall_s"] += (completed - submitted).total_seconds()
         agg["tasks"] += stage["numTasks"]
         agg["run_s"] += stage["executorRunTime"] / 1000
         agg["cpu_s"] += stage["executorCpuTime"] / 1e9
@@ -778,6 +801,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             out: dict[str, Any] = {"read": counts.at(end_offsets(progress[-1])) if progress else 0,
                                    "first_s": progress[0]["batchDuration"] / 1000 if progress else float("nan")}
             out["rate"], out["batches"], out["series"] = capacity(progress, skip)
+            if args.stages:
+                out["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
             print(f"baseline ({run}): {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
                   f"({out['read']:,} read)", flush=True)
             return out
@@ -821,9 +846,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["job_first_cycle_rate"] = rows_per_s([p for p in progress if p["numInputRows"]][1:cycle_batches])
         results["job_first_s"] = next((p["batchDuration"] / 1000 for p in progress if p["numInputRows"]),
                                       float("nan"))
-        results["backlog_profile"] = profile_summary(profile_dir, job_started, backlog_done)
+        results["backlog_profile"] = profile_summary(profile_dir, *steady_window(progress, skip))
         if args.stages:
             results["stages"] = stage_times(spark, job_started, backlog_done)
+            results["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
             print("stages of the job on the backlog (Spark's REST API): " + json.dumps(results["stages"]), flush=True)
         results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][skip:]
         print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
@@ -1117,7 +1143,27 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
                          f"{name}: {v['stages']:.0f} stages, {v['tasks']:.0f} tasks, {v['run_s']:.1f} / "
                          f"{v['cpu_s']:.1f} s"
                          for name, v in sorted(r["stages"].items(), key=lambda kv: -kv[1]["run_s"])))
+    if r.get("steady_stages"):
+        notes.append(steady_stages_note(r, args.backlog_batch))
     return table, notes
+
+
+def steady_stages_note(r: dict[str, Any], batch: int) -> str:
+    """The stages' wall time per steady backlog micro-batch, the job's and each baseline's: how much of the job's
+    micro-batch its read stage alone takes, against the baseline's whole micro-batch (``batch``: samples per
+    micro-batch)."""
+    def per_batch(stages: dict[str, dict[str, float]], batches: int) -> str:
+        return ", ".join(f"{name} {v['wall_s'] / max(batches, 1):.2f} s ({v['stages'] / max(batches, 1):.0f} a "
+                         "micro-batch)" for name, v in sorted(stages.items(), key=lambda kv: -kv[1]["wall_s"]))
+
+    baselines = [b for b in r["baselines"] if b.get("steady_stages")]
+    text = ("Spark's stages of the steady backlog micro-batches (the capacity's), wall seconds per micro-batch "
+            f"(submission to completion): the job ({r['job_batches']} micro-batches of "
+            f"{batch / r['job_rate']:.2f} s each): {per_batch(r['steady_stages'], r['job_batches'])}")
+    for when, b in zip(("before", "after"), baselines, strict=False):
+        text += (f"; the baseline {when} the job ({b['batches']} of {batch / b['rate']:.2f} s): "
+                 f"{per_batch(b['steady_stages'], b['batches'])}")
+    return text + "."
 
 
 def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
@@ -1147,7 +1193,8 @@ def breakdown(r: dict[str, Any], args: argparse.Namespace) -> list[str]:
                      "sampled: "
                      f"input {prof['input'] / per:.2f}, state load (unpickle) {prof['load'] / per:.2f}, detection "
                      f"{prof['process'] / per:.2f}, state save (pickle) {prof['save'] / per:.2f}, output frame "
-                     f"{prof['frame'] / per:.2f} (summed over the 2 worker processes).")
+                     f"{prof['frame'] / per:.2f}, of the workers' CPU {prof['cpu'] / per:.2f} in all (summed over "
+                     "the 2 worker processes).")
         if parts_ms := spark_parts.get(label):
             line += (" Spark's own figures (StreamingQueryProgress.durationMs, mean ms per batch): " + ", ".join(
                 f"{name} {ms:,.0f}" for name, ms in sorted(parts_ms.items(), key=lambda kv: -kv[1])) + ".")

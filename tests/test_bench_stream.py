@@ -1,0 +1,40 @@
+"""The streaming benchmark's choice of steady micro-batches: the capacity, the Python workers' figures and the
+stages' wall times are all of the same micro-batches."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from bench.bench_stream import capacity, steady_batches, steady_window
+
+
+def _progress(rows: list[int], start: str = "2026-01-01T00:00:00.000Z", every_s: float = 5.0,
+              duration_ms: int = 4000) -> list[dict[str, Any]]:
+    t0 = pd.Timestamp(start)
+    return [{"timestamp": (t0 + pd.Timedelta(seconds=i * every_s)).isoformat(), "numInputRows": n,
+             "batchDuration": duration_ms} for i, n in enumerate(rows)]
+
+
+def test_steady_batches_skip_the_warm_up_the_empty_and_a_last_partial_one() -> None:
+    progress = _progress([0, 1000, 1000, 1000, 0, 1000, 1000, 300])
+    steady = steady_batches(progress, skip=2)
+    assert [p["timestamp"] for p in steady] == [progress[i]["timestamp"] for i in (3, 5, 6)]
+    rate, count, series = capacity(progress, skip=2)
+    assert (rate, count) == (pytest.approx(250.0), 3)  # 3,000 rows in 3 x 4 s
+    assert len(series) == 6  # every batch with rows, the warm-up's too
+
+
+def test_steady_window_spans_the_first_steady_start_to_the_last_steady_end() -> None:
+    progress = _progress([1000, 1000, 1000, 1000, 200])
+    since, until = steady_window(progress, skip=2)
+    t0 = pd.Timestamp(progress[0]["timestamp"]).timestamp()
+    assert since == pytest.approx(t0 + 10.0)
+    assert until == pytest.approx(t0 + 15.0 + 4.0)
+
+
+def test_steady_window_is_empty_without_steady_batches() -> None:
+    since, until = steady_window(_progress([1000, 1000]), skip=2)
+    assert since > until
