@@ -44,11 +44,12 @@ class JobStats:
 
 class StateBatchHandler:
     """foreachBatch of the state query. The micro-batch's output stays on the executors but for what the driver
-    serves (:mod:`streaming.serving`): events, quarantined records and a message per state bucket (its aggregates,
-    the partitions no longer candidates, the candidates' rows that changed as one Arrow stream:
-    :func:`streaming.processor.serve`). The history's partition snapshots
-    are written by Spark's Parquet writer on the executors, straight from the output, held in their memory for the
-    two uses (computed once: the state is applied once)."""
+    serves (:mod:`streaming.serving`): quarantined records and a message per state bucket (its aggregates, the
+    partitions no longer candidates, the candidates' rows that changed as one Arrow stream:
+    :func:`streaming.processor.serve`), and the partition STALE events of a silent cluster, merged into one. The
+    executors write the events to their topic (:mod:`streaming.event_writer`), and Spark's Parquet writer the
+    events' history and the partition snapshots, straight from the output, held in their memory for these uses
+    (computed once: the state is applied once)."""
 
     def __init__(self, config: ReplmonConfig, exporter: JobExporter, stats: JobStats, gate: BatchGate,
                  spark: SparkSession, query: str, replaced: tuple[str, int] | None = None) -> None:

@@ -250,12 +250,13 @@ class HistoryWriter:
     offsets, else once a minute; :func:`streaming.processor.history_due`), so the choice is the same wherever and
     however often a micro-batch runs.
 
-    The partition snapshots are written by Spark's Parquet writer straight from the micro-batch's output on the
-    executors (they never pass through the driver), wherever the history is; a replayed batch appends its files
-    again, and readers de-duplicate them by partition and sample time. The events (few, decided on the driver) are
-    written from the driver's rows: into a local directory by Arrow, in files named after the micro-batch (a
-    replayed batch overwrites its own); anywhere else (HDFS, an object store) by Spark's writer, which reaches it
-    with the cluster's Hadoop configuration (readers de-duplicate them by id, :func:`read_events`)."""
+    The partition snapshots and the events are written by Spark's Parquet writer straight from the micro-batch's
+    output on the executors (they never pass through the driver), wherever the history is; a replayed batch
+    appends its files again, and readers de-duplicate them (snapshots by partition and sample time, events by id:
+    :func:`read_events`). The driver's few events (a silent cluster's partition STALE events merged into one,
+    :meth:`write_events`) go into a local directory by Arrow, in files named after the micro-batch (a replayed batch
+    overwrites its own), anywhere else (HDFS, an object store) by Spark's writer, which reaches it with the
+    cluster's Hadoop configuration."""
 
     def __init__(self, location: str | Path, spark: SparkSession | None = None) -> None:
         from replmon.contracts.events import Event
