@@ -502,6 +502,23 @@ def memory(spark: Any) -> dict[str, float]:
             "python_workers_rss_mb": sum(rss_mb(p) for p in workers)}
 
 
+def heap_histogram(jvm_pid: int, top: int = 8) -> list[tuple[str, int, float]]:
+    """The live heap's largest classes (``jcmd GC.class_histogram``, after a full collection): (class, instances,
+    MiB), largest first; empty, with a line printed, where the JDK has no jcmd."""
+    jcmd = Path(java_executable()).resolve().parent / "jcmd"
+    if not jcmd.exists():
+        print(f"no heap histogram: {jcmd} is missing (a JRE without the JDK's tools)", flush=True)
+        return []
+    out = subprocess.run([str(jcmd), str(jvm_pid), "GC.class_histogram"], capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) >= 4 and parts[0].rstrip(":").isdigit():  # " 1:  123  4567  java.lang.Foo (java.base)"
+            rows.append((parts[3], int(parts[1]), int(parts[2]) / 2**20))
+    return sorted(rows, key=lambda r: -r[2])[:top]
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -999,10 +1016,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["state_memory_mb"] = sum(op.get("memoryUsedBytes", 0) for op in last.get("stateOperators", [])) / 2**20
         results["tracked"] = job.exporter.tracked()
         results["memory"] = memory(spark)
+        results["heap_histogram"] = heap_histogram(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
         quarantined: Mapping[Any, float] = job.exporter._counters.get("replmon_quarantined_samples_total", {})
         results["quarantined"] = int(sum(quarantined.values()))
         results["cprofile"] = cprofile_top(profile_dir) if args.cprofile else ""
-        print(f"memory with {results['tracked']:,} partitions tracked: {results['memory']}", flush=True)
+        print(f"memory with {results['tracked']:,} partitions tracked: {results['memory']}; the live heap's "
+              f"largest classes: {results['heap_histogram']}", flush=True)
     finally:
         shut_down(producers, cluster, spark, jobs)
     results["load_end"] = loadavg()
@@ -1133,7 +1152,7 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
         "an OutOfMemoryError rather than pass the target. Partition state lives in RocksDB (off-heap, in the "
         "JVM's RSS) and in the Python workers while a bucket is processed; the driver Python keeps the rows it "
         f"serves (at most state_buckets x series_budget). The memory phase reads micro-batches of "
-        f"{args.memory_batch or args.backlog_batch:,} samples.",
+        f"{args.memory_batch or args.backlog_batch:,} samples." + heap_classes(r.get("heap_histogram", [])),
     ]
     notes += breakdown(r, args)
     if r.get("stages"):
@@ -1146,6 +1165,14 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
     if r.get("steady_stages"):
         notes.append(steady_stages_note(r, args.backlog_batch))
     return table, notes
+
+
+def heap_classes(histogram: list[Any]) -> str:
+    """The live heap's largest classes after the heap figure (:func:`heap_histogram`), as a sentence."""
+    if not histogram:
+        return ""
+    return (" The live heap's largest classes then (`jcmd GC.class_histogram`, its own full collection): "
+            + ", ".join(f"`{name}` {mib:,.0f} MiB ({count:,})" for name, count, mib in histogram) + ".")
 
 
 def steady_stages_note(r: dict[str, Any], batch: int) -> str:
