@@ -503,8 +503,8 @@ def memory(spark: Any) -> dict[str, float]:
 
 
 def heap_histogram(jvm_pid: int, top: int = 8) -> list[tuple[str, int, float]]:
-    """The live heap's largest classes (``jcmd GC.class_histogram``, after a full collection): (class, instances,
-    MiB), largest first; empty, with a line printed, where the JDK has no jcmd."""
+    """The live heap (``jcmd GC.class_histogram``, after a full collection): its total, then its largest classes,
+    each (class, instances, MiB), largest first; empty, with a line printed, where the JDK has no jcmd."""
     jcmd = Path(java_executable()).resolve().parent / "jcmd"
     if not jcmd.exists():
         print(f"no heap histogram: {jcmd} is missing (a JRE without the JDK's tools)", flush=True)
@@ -512,11 +512,14 @@ def heap_histogram(jvm_pid: int, top: int = 8) -> list[tuple[str, int, float]]:
     out = subprocess.run([str(jcmd), str(jvm_pid), "GC.class_histogram"], capture_output=True, text=True,
                          timeout=300, check=True).stdout
     rows = []
+    total = ("(all classes)", 0, 0.0)
     for line in out.splitlines():
         parts = line.split()
         if len(parts) >= 4 and parts[0].rstrip(":").isdigit():  # " 1:  123  4567  java.lang.Foo (java.base)"
             rows.append((parts[3], int(parts[1]), int(parts[2]) / 2**20))
-    return sorted(rows, key=lambda r: -r[2])[:top]
+        elif len(parts) == 3 and parts[0] == "Total":
+            total = ("(all classes)", int(parts[1]), int(parts[2]) / 2**20)
+    return [total, *sorted(rows, key=lambda r: -r[2])[:top]] if rows else []
 
 
 # ---------------------------------------------------------------- figures
@@ -1171,7 +1174,7 @@ def heap_classes(histogram: list[Any]) -> str:
     """The live heap's largest classes after the heap figure (:func:`heap_histogram`), as a sentence."""
     if not histogram:
         return ""
-    return (" The live heap's largest classes then (`jcmd GC.class_histogram`, its own full collection): "
+    return (" The live heap then (`jcmd GC.class_histogram`, its own full collection), in all and its largest classes: "
             + ", ".join(f"`{name}` {mib:,.0f} MiB ({count:,})" for name, count, mib in histogram) + ".")
 
 
