@@ -1104,6 +1104,8 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
          + ("" if r["memory_complete"] else f" (of {args.heap_partitions:,}: phase timed out)"),
          f"{mem['heap_used_mb']:,.0f} MiB (max {mem['heap_max_mb']:,.0f})", "≤ 2,048 MiB",
          ok[mem["heap_used_mb"] <= 2048]),
+        *([("driver JVM live heap: what one more full collection keeps (`jcmd GC.class_histogram`'s total)",
+            f"{r['heap_histogram'][0][2]:,.0f} MiB", "", "")] if r.get("heap_histogram") else []),
         ("driver JVM RSS (heap + RocksDB + off-heap)", f"{mem['jvm_rss_mb']:,.0f} MiB", "", ""),
         ("driver Python RSS", f"{mem['driver_python_rss_mb']:,.0f} MiB", "", ""),
         (f"Python workers RSS ({mem['python_workers']:.0f} processes)", f"{mem['python_workers_rss_mb']:,.0f} MiB",
