@@ -487,6 +487,11 @@ def python_workers(jvm_pid: int) -> list[int]:
     return out
 
 
+def driver_jvm_pid(spark: Any) -> int:
+    """The process id of the session's JVM (the driver's; in local mode the executors' too)."""
+    return int(spark._jvm.java.lang.ProcessHandle.current().pid())
+
+
 def memory(spark: Any) -> dict[str, float]:
     jvm = spark._jvm
     runtime = jvm.java.lang.Runtime.getRuntime()
@@ -494,7 +499,7 @@ def memory(spark: Any) -> dict[str, float]:
         jvm.java.lang.System.gc()
         time.sleep(0.5)
     gc.collect()
-    jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+    jvm_pid = driver_jvm_pid(spark)
     workers = python_workers(jvm_pid)
     return {"heap_used_mb": (runtime.totalMemory() - runtime.freeMemory()) / 2**20,
             "heap_max_mb": runtime.maxMemory() / 2**20, "jvm_rss_mb": rss_mb(jvm_pid),
@@ -565,6 +570,12 @@ def steady_batches(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES) -
     if steady and len(steady) > 1:  # the last one is usually a partial batch
         steady = [p for p in steady if p["numInputRows"] >= 0.9 * max(q["numInputRows"] for q in steady)]
     return steady
+
+
+def mean_batch_s(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES) -> float:
+    """The steady batches' (:func:`steady_batches`) mean duration, seconds; NaN without any."""
+    steady = steady_batches(progress, skip)
+    return float(np.mean([p["batchDuration"] for p in steady])) / 1000 if steady else float("nan")
 
 
 def steady_window(progress: list[dict[str, Any]], skip: int = WARMUP_BATCHES) -> tuple[float, float]:
@@ -823,6 +834,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             out["rate"], out["batches"], out["series"] = capacity(progress, skip)
             if args.stages:
                 out["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
+                out["batch_s"] = mean_batch_s(progress, skip)
             print(f"baseline ({run}): {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
                   f"({out['read']:,} read)", flush=True)
             return out
@@ -866,10 +878,12 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["job_first_cycle_rate"] = rows_per_s([p for p in progress if p["numInputRows"]][1:cycle_batches])
         results["job_first_s"] = next((p["batchDuration"] / 1000 for p in progress if p["numInputRows"]),
                                       float("nan"))
-        results["backlog_profile"] = profile_summary(profile_dir, *steady_window(progress, skip))
+        steady = steady_window(progress, skip)
+        results["backlog_profile"] = profile_summary(profile_dir, *steady)
         if args.stages:
             results["stages"] = stage_times(spark, job_started, backlog_done)
-            results["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
+            results["steady_stages"] = stage_times(spark, *steady)
+            results["job_batch_s"] = mean_batch_s(progress, skip)
             print("stages of the job on the backlog (Spark's REST API): " + json.dumps(results["stages"]), flush=True)
         results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][skip:]
         print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
@@ -1019,7 +1033,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["state_memory_mb"] = sum(op.get("memoryUsedBytes", 0) for op in last.get("stateOperators", [])) / 2**20
         results["tracked"] = job.exporter.tracked()
         results["memory"] = memory(spark)
-        results["heap_histogram"] = heap_histogram(int(spark._jvm.java.lang.ProcessHandle.current().pid()))
+        results["heap_histogram"] = heap_histogram(driver_jvm_pid(spark))
         quarantined: Mapping[Any, float] = job.exporter._counters.get("replmon_quarantined_samples_total", {})
         results["quarantined"] = int(sum(quarantined.values()))
         results["cprofile"] = cprofile_top(profile_dir) if args.cprofile else ""
@@ -1168,7 +1182,7 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
                          f"{v['cpu_s']:.1f} s"
                          for name, v in sorted(r["stages"].items(), key=lambda kv: -kv[1]["run_s"])))
     if r.get("steady_stages"):
-        notes.append(steady_stages_note(r, args.backlog_batch))
+        notes.append(steady_stages_note(r))
     return table, notes
 
 
@@ -1180,10 +1194,9 @@ def heap_classes(histogram: list[Any]) -> str:
             + ", ".join(f"`{name}` {mib:,.0f} MiB ({count:,})" for name, count, mib in histogram) + ".")
 
 
-def steady_stages_note(r: dict[str, Any], batch: int) -> str:
+def steady_stages_note(r: dict[str, Any]) -> str:
     """The stages' wall time per steady backlog micro-batch, the job's and each baseline's: how much of the job's
-    micro-batch its read stage alone takes, against the baseline's whole micro-batch (``batch``: samples per
-    micro-batch)."""
+    micro-batch its read stage alone takes, against the baseline's whole micro-batch."""
     def per_batch(stages: dict[str, dict[str, float]], batches: int) -> str:
         return ", ".join(f"{name} {v['wall_s'] / max(batches, 1):.2f} s ({v['stages'] / max(batches, 1):.0f} a "
                          "micro-batch)" for name, v in sorted(stages.items(), key=lambda kv: -kv[1]["wall_s"]))
@@ -1191,9 +1204,9 @@ def steady_stages_note(r: dict[str, Any], batch: int) -> str:
     baselines = [b for b in r["baselines"] if b.get("steady_stages")]
     text = ("Spark's stages of the steady backlog micro-batches (the capacity's), wall seconds per micro-batch "
             f"(submission to completion): the job ({r['job_batches']} micro-batches of "
-            f"{batch / r['job_rate']:.2f} s each): {per_batch(r['steady_stages'], r['job_batches'])}")
+            f"{r['job_batch_s']:.2f} s each): {per_batch(r['steady_stages'], r['job_batches'])}")
     for when, b in zip(("before", "after"), baselines, strict=False):
-        text += (f"; the baseline {when} the job ({b['batches']} of {batch / b['rate']:.2f} s): "
+        text += (f"; the baseline {when} the job ({b['batches']} of {b['batch_s']:.2f} s): "
                  f"{per_batch(b['steady_stages'], b['batches'])}")
     return text + "."
 

@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from bench.bench_stream import capacity, steady_batches, steady_window
+from bench.bench_stream import capacity, mean_batch_s, steady_batches, steady_window
 
 
 def _progress(rows: list[int], start: str = "2026-01-01T00:00:00.000Z", every_s: float = 5.0,
@@ -38,3 +38,11 @@ def test_steady_window_spans_the_first_steady_start_to_the_last_steady_end() -> 
 def test_steady_window_is_empty_without_steady_batches() -> None:
     since, until = steady_window(_progress([1000, 1000]), skip=2)
     assert since > until
+
+
+def test_mean_batch_s_is_of_the_steady_batches() -> None:
+    progress = _progress([1000, 1000, 1000, 1000, 200])
+    for p, ms in zip(progress, (9000, 9000, 4000, 6000, 1000), strict=True):
+        p["batchDuration"] = ms
+    assert mean_batch_s(progress, skip=2) == pytest.approx(5.0)
+    assert mean_batch_s(progress[:2], skip=2) != mean_batch_s(progress[:2], skip=2)  # NaN: no steady batch
