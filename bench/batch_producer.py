@@ -1,6 +1,6 @@
 """Synthetic ``partition_batch/v1`` producer for bench/bench_stream.py: the workload of bench/SampleProducer.java
 (same partitions, offsets, ISR churn and lineage, cycle after cycle), published as the collector publishes a
-cycle: Arrow IPC batches of at most ``BATCH_MAX_ENTRIES`` entries keyed ``cluster/#group``
+cycle: Arrow IPC batches (LZ4 frames) of at most ``BATCH_MAX_ENTRIES`` entries keyed ``cluster/#group``
 (``collectors.publisher``), the Arrow schema the contract's (``replmon.contracts.batches.ARROW_SCHEMA``).
 
     .venv/bin/python bench/batch_producer.py key=value ...   (the keys of SampleProducer.java, plus offsets=PATH)
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from collectors.publisher import BATCH_GROUPS, BATCH_MAX_ENTRIES  # noqa: E402
-from replmon.contracts.batches import ARROW_SCHEMA, write_stream  # noqa: E402
+from replmon.contracts.batches import ARROW_SCHEMA, COMPRESSED, write_stream  # noqa: E402
 
 INT = pa.int64()
 
@@ -129,7 +129,7 @@ def record(chunk: Chunk, cycle: int, churn: int, now_ms: int) -> bytes:
             mask=pa.array(~lineage_on)),
     }
     table = pa.Table.from_arrays([columns[f.name] for f in ARROW_SCHEMA], schema=ARROW_SCHEMA)
-    return write_stream(table)
+    return write_stream(table, COMPRESSED)
 
 
 def main(argv: list[str]) -> int:

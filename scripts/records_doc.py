@@ -110,7 +110,8 @@ def _batch_section() -> list[str]:
 
     lines = [f"## `{BATCH_SCHEMA}`: many partition samples in one record", "",
              "What the collectors publish by default (`transport.sample_format: batch`): a cycle's partition samples "
-             "as Arrow IPC streams of `partition/v1` entries, one record per group of partitions and at most "
+             "as Arrow IPC streams of `partition/v1` entries, their buffers LZ4 frames (Arrow's IPC compression; a "
+             "stream written uncompressed is read the same), one record per group of partitions and at most "
              f"{BATCH_MAX_ENTRIES:,} entries, keyed `cluster/#group` (a partition's group never changes: its "
              "samples stay in one Kafka partition, in order). A value that opens with the IPC stream marker "
              "`FF FF FF FF` is a batch, one that opens with `{` a JSON record: both may share the topic. The "
@@ -119,7 +120,8 @@ def _batch_section() -> list[str]:
              + ", ".join(f"`{name}`" for name in SKIPPED) + ", under the same names and with the same meanings, "
              "each of the Arrow type below. The job checks every entry as it checks a JSON record (bounds, "
              "lengths, required fields) and quarantines a bad entry alone; a record it cannot read as such a "
-             "stream (`malformed_batch`), of another schema (`unknown_schema`, `missing_field`, `wrong_type`, "
+             "stream, or whose buffers do not hold the lengths and offsets it declares (`malformed_batch`), of "
+             "another schema (`unknown_schema`, `missing_field`, `wrong_type`, "
              f"`unknown_field`) or of more than {MAX_BATCH_ENTRIES:,} entries (`oversized_batch`), whole.", "",
              "| column | Arrow type |", "|---|---|"]
     lines += [f"| `{field.name}` | `{field.type}` |" for field in ARROW_SCHEMA]

@@ -39,6 +39,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from replmon.testbed.kafka_view import wait_until
+from tests.damaged_batches import items_overstated, offsets_backwards
 from tests.pipeline import DEADLINE_S, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -357,6 +358,9 @@ def hostile_batches() -> list[tuple[str, bytes, list[str]]]:
     mixed = encode_batch([batch_sample(0), batch_sample(9, partition=-9), batch_sample(1),
                           batch_sample(8, cluster=""), batch_sample(2)])
     return [("a batch cut in half", good[: len(good) // 2], ["malformed_batch"]),
+            ("a batch whose string offsets run backwards", offsets_backwards(good), ["malformed_batch"]),
+            ("a batch declaring more list items than it holds", items_overstated(good, 6),  # 2 replicas an entry
+             ["malformed_batch"]),
             ("a batch of another schema", sink.getvalue().to_pybytes(), ["unknown_schema"]),
             ("a batch with two bad entries among three good ones", mixed,
              ["bad_length:cluster", "out_of_range:partition"])]

@@ -38,6 +38,7 @@ from streaming.batches import (
     split_records,
 )
 from streaming.parse import judge, processor_input
+from tests.damaged_batches import items_overstated, offsets_backwards
 
 KAFKA_RECORD = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
                            StructField("partition", IntegerType()), StructField("offset", LongType())])
@@ -123,6 +124,21 @@ def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> N
         bucket: [p for p in (0, 1, 2, 0, 1, 2) if [4, 9][buckets_of(table, 2)[p]] == bucket] for bucket in shares}
 
 
+def test_a_damaged_record_that_arrow_s_reader_takes_is_quarantined_whole() -> None:
+    """Arrow's IPC reader trusts the lengths and offsets a record declares. A record whose string offsets run
+    backwards crashed the Python worker (a segmentation fault: the task, then the micro-batch, on every retry),
+    and one that declares more list items than its buffers hold failed the task; each is quarantined whole and
+    the records beside it go on."""
+    value = encode_batch([sample(p) for p in range(300)])
+    backwards, overstated = offsets_backwards(value), items_overstated(value, 900)  # 3 replicas an entry
+    for damaged in (backwards, overstated):
+        read_stream(damaged)  # the reader takes it as it is
+        assert split_batch(damaged, [0, 1]) == ({}, [(MALFORMED_BATCH, "")])
+    shares, quarantined = split_records([value, backwards, overstated, value], [0])
+    assert [(index, reason) for index, reason, _ in quarantined] == [(1, MALFORMED_BATCH), (2, MALFORMED_BATCH)]
+    assert read_batch(shares[0]).num_rows == 600
+
+
 def test_a_task_s_records_checked_together_give_each_record_s_own_outcome() -> None:
     """split_records checks the entries of all its records at once: each record's entries are kept or quarantined
     (with that record's index) as that record checked alone gives them, in the records' order; a record whose
@@ -161,6 +177,19 @@ def test_a_bucket_s_share_travels_lz4_compressed_and_reads_back_whole() -> None:
     share = read_batch(shares[0])
     assert len(shares[0]) * 3 < len(write_stream(share))
     assert entries(share) == [entry for value in values for entry in entries(read_batch(value))]
+
+
+def test_a_batch_record_travels_lz4_compressed_and_records_written_uncompressed_are_read_beside_it() -> None:
+    """A collector writes its batch records' buffers as LZ4 frames; collectors of the version before wrote them
+    uncompressed, and a samples topic holding both (an upgrade) is read whole."""
+    written = [sample(p, topic=f"t{p % 4}") for p in range(400)]
+    compressed = encode_batch(written)
+    table = read_batch(compressed)
+    uncompressed = write_stream(table)  # as the version before wrote it
+    assert len(compressed) * 3 < len(uncompressed)
+    assert entries(table) == entries(read_batch(uncompressed)) == [as_dict(s) for s in written]
+    shares, quarantined = split_records([uncompressed, compressed], [5])
+    assert not quarantined and entries(read_batch(shares[5])) == [as_dict(s) for s in written] * 2
 
 
 def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> None:

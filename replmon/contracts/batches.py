@@ -103,24 +103,28 @@ def _struct(objects: list[Any], model: type[BaseModel], skip: Sequence[str] = ()
                                                       zip(fields, arrays, strict=True)])
 
 
+COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
+"""What batch records and the job's own streams are written with (:func:`write_stream`: a collector's batch
+record, a bucket's share of batch records, a bucket's served rows): LZ4 frames of Arrow's IPC format, which any
+Arrow reader decompresses, compressed or not, so records of collectors that wrote them uncompressed are read
+beside them. ~5 times smaller (~52-61 bytes a sample instead of ~284) and no slower to write. Every byte of a
+record crosses the job's JVM several times (Kafka's decompression, the source's rows, Arrow to and from the read
+stage's Python workers; a share also the shuffle, its sort and the state stage's input): uncompressed shares
+filled the driver's heap, and uncompressed records made the read stage ~40% longer (docs/benchmarks.md,
+"Streaming job"). Kafka's compression of the samples topic (zstd) still applies on top, and costs less there:
+the broker and the job's consumers compress and decompress a fifth of the bytes."""
+
+
 def encode_batch(samples: Sequence[PartitionSample]) -> bytes:
-    """The samples as one record value: an Arrow IPC stream of one record batch."""
+    """The samples as one record value: an Arrow IPC stream of one record batch, its buffers LZ4 frames
+    (:data:`COMPRESSED`)."""
     columns = _struct(list(samples), ENTRY_MODEL, SKIPPED)
     return write_stream(pa.Table.from_batches([pa.RecordBatch.from_struct_array(columns)]).replace_schema_metadata(
-        ARROW_SCHEMA.metadata))
-
-
-COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
-"""What the job's own streams are written with (a bucket's share of batch records, a bucket's served rows:
-:func:`write_stream`): LZ4 frames of Arrow's IPC format, which any Arrow reader decompresses. A share is 5 times
-smaller (~61 bytes a sample instead of ~284) and no slower to write; it crosses the JVM (the read stage's
-output, the shuffle and its sort, the state stage's input) where the uncompressed bytes filled the driver's heap
-(docs/benchmarks.md, "Streaming job"). A batch record is left uncompressed: the producer compresses the whole
-Kafka record batch."""
+        ARROW_SCHEMA.metadata), COMPRESSED)
 
 
 def write_stream(table: pa.Table, options: pa.ipc.IpcWriteOptions | None = None) -> bytes:
-    """A table as an Arrow IPC stream (a batch record's value, or with :data:`COMPRESSED` a bucket's share of
+    """A table as an Arrow IPC stream (with :data:`COMPRESSED`: a batch record's value, a bucket's share of
     batch records)."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema, options=options) as writer:
