@@ -125,10 +125,10 @@ def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> N
 
 
 def test_a_damaged_record_that_arrow_s_reader_takes_is_quarantined_whole() -> None:
-    """Arrow's IPC reader trusts the lengths and offsets a record declares. A record whose string offsets run
-    backwards crashed the Python worker (a segmentation fault: the task, then the micro-batch, on every retry),
-    and one that declares more list items than its buffers hold failed the task; each is quarantined whole and
-    the records beside it go on."""
+    """Arrow's IPC reader trusts the lengths and offsets a record declares. Unless validated, a record whose
+    string offsets run backwards crashes the Python worker (a segmentation fault: the task, then the micro-batch,
+    on every retry), and one that declares more list items than its buffers hold fails the task; each is
+    quarantined whole and the records beside it go on."""
     value = encode_batch([sample(p) for p in range(300)])
     backwards, overstated = offsets_backwards(value), items_overstated(value, 900)  # 3 replicas an entry
     for damaged in (backwards, overstated):

@@ -104,15 +104,16 @@ def _struct(objects: list[Any], model: type[BaseModel], skip: Sequence[str] = ()
 
 
 COMPRESSED = pa.ipc.IpcWriteOptions(compression="lz4")
-"""What batch records and the job's own streams are written with (:func:`write_stream`: a collector's batch
-record, a bucket's share of batch records, a bucket's served rows): LZ4 frames of Arrow's IPC format, which any
-Arrow reader decompresses, compressed or not, so records of collectors that wrote them uncompressed are read
-beside them. ~5 times smaller (~52-61 bytes a sample instead of ~284) and no slower to write. Every byte of a
-record crosses the job's JVM several times (Kafka's decompression, the source's rows, Arrow to and from the read
-stage's Python workers; a share also the shuffle, its sort and the state stage's input): uncompressed shares
-filled the driver's heap, and uncompressed records made the read stage ~40% longer (docs/benchmarks.md,
-"Streaming job"). Kafka's compression of the samples topic (zstd) still applies on top, and costs less there:
-the broker and the job's consumers compress and decompress a fifth of the bytes."""
+"""What batch records and the job's own streams are written with (:func:`write_stream`: a collector's batch record, a
+bucket's share of batch records, a bucket's served rows): LZ4 frames of Arrow's IPC format, which any Arrow reader
+decompresses, compressed or not, so records of collectors that wrote them uncompressed are read beside them. ~5 times
+smaller (~52-61 bytes a sample instead of ~284): a share is no slower to write than uncompressed; a record costs the
+collector ~0.7 µs a sample more to write, and the job's split ~0.5 to read (docs/benchmarks.md, "Python workers").
+Every byte of a record crosses the job's JVM several times (Kafka's decompression, the source's rows, Arrow to and
+from the read stage's Python workers; a share also the shuffle, its sort and the state stage's input): uncompressed
+shares filled the driver's heap, and uncompressed records made the read stage ~45% longer (docs/benchmarks.md,
+"Streaming job"). Kafka's compression of the samples topic (zstd) still applies on top, and costs less there: the
+broker and the job's consumers compress and decompress a fifth of the bytes."""
 
 
 def encode_batch(samples: Sequence[PartitionSample]) -> bytes:
