@@ -18,6 +18,7 @@ import streaming.batches as batches
 from replmon.contracts.batches import (
     ARROW_SCHEMA,
     BATCH_SCHEMA,
+    decode_batch,
     encode_batch,
     entries,
     is_batch,
@@ -128,12 +129,15 @@ def test_a_damaged_record_that_arrow_s_reader_takes_is_quarantined_whole() -> No
     """Arrow's IPC reader trusts the lengths and offsets a record declares. Unless validated, a record whose
     string offsets run backwards crashes the Python worker (a segmentation fault: the task, then the micro-batch,
     on every retry), and one that declares more list items than its buffers hold fails the task; each is
-    quarantined whole and the records beside it go on."""
+    quarantined whole and the records beside it go on. Read as the tools read a batch (``decode_batch``), it
+    raises rather than abort the process."""
     value = encode_batch([sample(p) for p in range(300)])
     backwards, overstated = offsets_backwards(value), items_overstated(value, 900)  # 3 replicas an entry
     for damaged in (backwards, overstated):
-        read_stream(damaged)  # the reader takes it as it is
+        pa.ipc.open_stream(damaged).read_all()  # Arrow's reader takes it as it is
         assert split_batch(damaged, [0, 1]) == ({}, [(MALFORMED_BATCH, "")])
+        with pytest.raises(pa.ArrowInvalid):  # the tools' reading of a batch (the ground truth's, in the tests)
+            decode_batch(damaged)
     shares, quarantined = split_records([value, backwards, overstated, value], [0])
     assert [(index, reason) for index, reason, _ in quarantined] == [(1, MALFORMED_BATCH), (2, MALFORMED_BATCH)]
     assert read_batch(shares[0]).num_rows == 600

@@ -134,8 +134,13 @@ def write_stream(table: pa.Table, options: pa.ipc.IpcWriteOptions | None = None)
 
 
 def read_stream(value: bytes) -> pa.Table:
-    """The table an Arrow IPC stream holds (:func:`write_stream`), its buffers decompressed."""
-    return pa.ipc.open_stream(value).read_all()
+    """The table an Arrow IPC stream holds (:func:`write_stream`), its buffers decompressed and validated in full:
+    Arrow's reader trusts the lengths, null counts and offsets a stream declares, and a damaged record whose
+    buffers do not hold them would make whatever reads its arrays read outside them (a segmentation fault, or an
+    abort). Raises ``pyarrow.ArrowInvalid`` (or ``OSError``) for a stream that cannot be read."""
+    table = pa.ipc.open_stream(value).read_all()
+    table.validate(full=True)
+    return table
 
 
 def is_batch(value: bytes | None) -> bool:
