@@ -105,7 +105,7 @@ def render_samples() -> str:
 def _batch_section() -> list[str]:
     """``partition_batch/v1``: its record, and its Arrow schema as the contract derives it."""
     from collectors.publisher import BATCH_MAX_ENTRIES
-    from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, SKIPPED
+    from replmon.contracts.batches import ARROW_SCHEMA, BATCH_SCHEMA, MAX_STREAM_BYTES, SKIPPED
     from streaming.batches import MAX_BATCH_ENTRIES
 
     lines = [f"## `{BATCH_SCHEMA}`: many partition samples in one record", "",
@@ -122,7 +122,9 @@ def _batch_section() -> list[str]:
              "lengths, required fields) and quarantines a bad entry alone; a record it cannot read as such a "
              "stream, or whose buffers do not hold the lengths and offsets it declares (`malformed_batch`), of "
              "another schema (`unknown_schema`, `missing_field`, `wrong_type`, "
-             f"`unknown_field`) or of more than {MAX_BATCH_ENTRIES:,} entries (`oversized_batch`), whole.", "",
+             f"`unknown_field`) or declaring more than {MAX_BATCH_ENTRIES:,} entries or more than "
+             f"{MAX_STREAM_BYTES // 2**20:,} MiB of buffers decompressed (`oversized_batch`, refused before any "
+             "buffer is decompressed: an LZ4 frame may expand ~255 times), whole.", "",
              "| column | Arrow type |", "|---|---|"]
     lines += [f"| `{field.name}` | `{field.type}` |" for field in ARROW_SCHEMA]
     return [*lines, ""]

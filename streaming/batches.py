@@ -26,6 +26,7 @@ from replmon.contracts.batches import (
     ENTRY_MODEL,
     SCHEMA_KEY,
     SKIPPED,
+    StreamTooLarge,
     read_stream,
     write_stream,
 )
@@ -60,9 +61,13 @@ class BatchError(ValueError):
 def read_batch(value: bytes) -> pa.Table:
     """The batch's entries; :class:`BatchError` with the quarantine reason when the value is not an IPC stream
     of the batch schema (a damaged stream, whose buffers do not hold what it declares, is not one:
-    :func:`~replmon.contracts.batches.read_stream` validates it)."""
+    :func:`~replmon.contracts.batches.read_stream` validates it), or declares more than :data:`MAX_BATCH_ENTRIES`
+    entries or more than :data:`~replmon.contracts.batches.MAX_STREAM_BYTES` decompressed (refused before any of its
+    buffers is decompressed: a record of LZ4 frames may expand ~255 times)."""
     try:
-        table = read_stream(value)
+        table = read_stream(value, max_rows=MAX_BATCH_ENTRIES)
+    except StreamTooLarge as exc:  # found before its buffers were decompressed
+        raise BatchError(OVERSIZED_BATCH) from exc
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as exc:
         raise BatchError(MALFORMED_BATCH) from exc
     schema = table.schema
@@ -77,8 +82,6 @@ def read_batch(value: bytes) -> pa.Table:
     for field in schema:
         if ARROW_SCHEMA.get_field_index(field.name) < 0:
             raise BatchError(f"{UNKNOWN_FIELD}:{field.name}")
-    if table.num_rows > MAX_BATCH_ENTRIES:
-        raise BatchError(OVERSIZED_BATCH)
     # the contract's schema itself: a writer may have marked a field non-nullable, and records of two such
     # schemas would not concatenate
     return table.select(ARROW_SCHEMA.names).cast(ARROW_SCHEMA).combine_chunks()

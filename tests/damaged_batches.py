@@ -1,5 +1,6 @@
-"""Batch records damaged below the level Arrow's IPC reader checks: it takes them, trusting the lengths and
-offsets they declare (``streaming.batches.read_batch`` validates them in full)."""
+"""Batch records Arrow's IPC reader takes and the job must not: damaged below the level that reader checks (it
+trusts the lengths and offsets they declare; ``streaming.batches.read_batch`` validates them in full), and one that
+declares more than the job decompresses."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import struct
 import numpy as np
 import pyarrow as pa
 
-from replmon.contracts.batches import ARROW_SCHEMA, read_stream, write_stream
+from replmon.contracts.batches import ARROW_SCHEMA, COMPRESSED, read_stream, write_stream
 
 
 def offsets_backwards(value: bytes) -> bytes:
@@ -30,3 +31,12 @@ def items_overstated(value: bytes, items: int) -> bytes:
     declared = struct.pack("<q", items)
     at = value.index(declared)
     return value[:at] + struct.pack("<q", items * 10) + value[at + len(declared):]
+
+
+def inflated(value: bytes, size: int) -> bytes:
+    """The batch ``value``'s first entry alone, its topic ``size`` bytes of one letter, as LZ4 frames: a record
+    ~250 times smaller than what it declares decompressed (0.8 MB for 200 MB)."""
+    table = read_stream(value).slice(0, 1)
+    topic = pa.array(["z" * size], pa.string())
+    return write_stream(table.set_column(table.schema.get_field_index("topic"), "topic", topic)
+                        .replace_schema_metadata(ARROW_SCHEMA.metadata), COMPRESSED)

@@ -39,7 +39,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from replmon.testbed.kafka_view import wait_until
-from tests.damaged_batches import items_overstated, offsets_backwards
+from tests.damaged_batches import inflated, items_overstated, offsets_backwards
 from tests.pipeline import DEADLINE_S, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -361,6 +361,7 @@ def hostile_batches() -> list[tuple[str, bytes, list[str]]]:
             ("a batch whose string offsets run backwards", offsets_backwards(good), ["malformed_batch"]),
             ("a batch declaring more list items than it holds", items_overstated(good, 6),  # 2 replicas an entry
              ["malformed_batch"]),
+            ("a batch of 0.8 MB holding 200 MB in its LZ4 frames", inflated(good, 200 * 2**20), ["oversized_batch"]),
             ("a batch of another schema", sink.getvalue().to_pybytes(), ["unknown_schema"]),
             ("a batch with two bad entries among three good ones", mixed,
              ["bad_length:cluster", "out_of_range:partition"])]
@@ -438,7 +439,7 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
     for k, (what, reasons) in batch_at.items():  # a batch's bad entries alone, each with its JSON
         assert sorted(e["reason"] for e in found[k]) == reasons, what
         for entry in found[k]:
-            if entry["reason"] in ("malformed_batch", "unknown_schema"):
+            if entry["reason"] in ("malformed_batch", "oversized_batch", "unknown_schema"):
                 assert entry["value"]  # the record's start, in base64
             else:
                 assert json.loads(entry["value"])["topic"] == "hostile-batch"

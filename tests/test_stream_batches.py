@@ -10,6 +10,8 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
@@ -18,6 +20,10 @@ import streaming.batches as batches
 from replmon.contracts.batches import (
     ARROW_SCHEMA,
     BATCH_SCHEMA,
+    COMPRESSED,
+    MAX_STREAM_BYTES,
+    StreamTooLarge,
+    declared_size,
     decode_batch,
     encode_batch,
     entries,
@@ -39,7 +45,7 @@ from streaming.batches import (
     split_records,
 )
 from streaming.parse import judge, processor_input
-from tests.damaged_batches import items_overstated, offsets_backwards
+from tests.damaged_batches import inflated, items_overstated, offsets_backwards
 
 KAFKA_RECORD = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
                            StructField("partition", IntegerType()), StructField("offset", LongType())])
@@ -201,6 +207,67 @@ def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> N
     assert split_batch(encode_batch([sample(p) for p in range(11)]), [0]) == ({}, [(OVERSIZED_BATCH, "")])
     shares, quarantined = split_batch(encode_batch([sample(p) for p in range(10)]), [0])
     assert list(shares) == [0] and shares[0].num_rows == 10 and quarantined == []
+
+
+def declared_by_arrow(value: bytes) -> tuple[int, int]:
+    """The rows and the bytes of buffers Arrow's reader gives for ``value``, decompressed."""
+    table = pa.ipc.open_stream(value).read_all()
+    return table.num_rows, sum(buffer.size for batch in table.to_batches() for column in batch.columns
+                               for buffer in column.buffers() if buffer is not None)
+
+
+def test_a_stream_s_declared_size_is_what_arrow_s_reader_decompresses() -> None:
+    """The size read from a stream's metadata without decompressing it (``declared_size``), against Arrow's reader
+    as the oracle: compressed or not (LZ4, zstd), with nulls, lists, structs, a dictionary and several record
+    batches."""
+    value = encode_batch([sample(p, topic=f"t{p % 7}" * (p % 5 + 1)) for p in range(500)])
+    table = read_batch(value)
+    extra = pa.table({"n": pa.array([1, None, 3] * 100), "d": pa.array(["x", "yy", "x"] * 100).dictionary_encode(),
+                      "l": pa.array([[1, 2], None, []] * 100, pa.list_(pa.int64()))})
+    several = pa.concat_tables([table.slice(0, 100), table.slice(100, 300), table.slice(400)])
+    for written in (table, extra, several):
+        for options in (None, COMPRESSED, pa.ipc.IpcWriteOptions(compression="zstd")):
+            stream = write_stream(written, options)
+            assert declared_size(stream) == declared_by_arrow(stream)
+    assert declared_size(value) == (500, declared_by_arrow(value)[1])
+
+
+def test_a_record_that_would_decompress_past_the_bound_is_quarantined_without_being_decompressed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An LZ4 frame expands up to ~255 times: a 0.8 MB record holding 200 MB would make a read task allocate them
+    before any check. Its declared size refuses it (``oversized_batch``) before Arrow's reader opens it; a record
+    declaring more entries than a batch holds likewise. The records beside it go on."""
+    value = encode_batch([sample(p) for p in range(3)])
+    bomb = inflated(value, 200 * 2**20)
+    assert len(bomb) < 2**20 and declared_size(bomb)[1] > 200 * 2**20 > MAX_STREAM_BYTES
+    monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 2)
+    with monkeypatch.context() as m:
+        m.setattr(pa.ipc, "open_stream", lambda *_: pytest.fail("a stream past the bounds was decompressed"))
+        assert split_batch(bomb, [0]) == ({}, [(OVERSIZED_BATCH, "")])
+        assert split_batch(value, [0]) == ({}, [(OVERSIZED_BATCH, "")])  # 3 entries
+        with pytest.raises(StreamTooLarge):  # the tools' reading too
+            decode_batch(bomb)
+    monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 3)
+    shares, quarantined = split_records([value, bomb, value], [0])
+    assert [(index, reason) for index, reason, _ in quarantined] == [(1, OVERSIZED_BATCH)]
+    assert read_stream(shares[0]).num_rows == 6
+    under = inflated(value, MAX_STREAM_BYTES // 2)  # within the bound: read, its one entry refused alone
+    assert [reason for reason, _ in split_batch(under, [0])[1]] == ["bad_length:topic"]
+
+
+RECORD = encode_batch([sample(p) for p in range(5)])
+
+
+@settings(max_examples=300, derandomize=True, database=None, deadline=None)
+@given(st.data())
+def test_a_record_with_any_bytes_changed_is_read_or_quarantined_never_an_error(data: st.DataObject) -> None:
+    """Whatever bytes of a record are damaged (its metadata, the lengths before its LZ4 frames, the frames), the
+    split reads it or quarantines it: the sizes read from its metadata by hand never raise past it."""
+    value = bytearray(RECORD)
+    for _ in range(data.draw(st.integers(1, 8))):
+        value[data.draw(st.integers(0, len(value) - 1))] = data.draw(st.integers(0, 255))
+    shares, quarantined = split_batch(bytes(value), [0, 1])
+    assert shares or quarantined
 
 
 def test_entries_go_to_the_bucket_spark_hashes_their_key_to(spark: SparkSession) -> None:

@@ -14,6 +14,7 @@ with ``{``.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 from enum import Enum
 from operator import itemgetter
@@ -133,13 +134,115 @@ def write_stream(table: pa.Table, options: pa.ipc.IpcWriteOptions | None = None)
     return bytes(sink.getvalue().to_pybytes())
 
 
-def read_stream(value: bytes, *, trusted: bool = False) -> pa.Table:
+MAX_STREAM_BYTES = 128 * 2**20
+"""The most an untrusted stream's buffers may hold decompressed (:func:`read_stream`). An LZ4 frame expands up to
+~255 times: without a bound, one record of the samples topic's max.message.bytes (1 MB by default, often set
+larger) could make a read task allocate hundreds of MB, gigabytes for a larger limit, before any check reads
+it. A collector's record holds at most 2,000 entries (a few hundred bytes each, a few kB with a full epoch
+lineage); this bound leaves room for the 200,000 entries the job reads in one record
+(``streaming.batches.MAX_BATCH_ENTRIES``) at ~670 bytes each."""
+
+
+class StreamTooLarge(ValueError):
+    """A stream that declares more rows or bytes than its reader takes (:func:`read_stream`), found before any of
+    its buffers is decompressed."""
+
+
+_MESSAGE_HEADER_SLOT = 2
+"""format/Message.fbs: ``table Message { version; header: MessageHeader (a union: its type, then its value);
+bodyLength; custom_metadata }``; a table's fields are numbered in their order, a union taking two."""
+_DICTIONARY_DATA_SLOT = 1
+"""``table DictionaryBatch { id; data: RecordBatch; isDelta }``."""
+_BATCH_LENGTH_SLOT, _BATCH_BUFFERS_SLOT, _BATCH_COMPRESSION_SLOT = 0, 2, 3
+"""``table RecordBatch { length: long; nodes: [FieldNode]; buffers: [Buffer]; compression: BodyCompression;
+variadicBufferCounts }``, ``struct Buffer { offset: long; length: long }``."""
+_NOT_COMPRESSED = -1
+"""A compressed body's buffer opens with its uncompressed length (int64, little-endian), or -1: the bytes that follow
+are not compressed (BodyCompressionMethod.BUFFER)."""
+
+
+def _unpack(fmt: str, data: memoryview, at: int) -> int:
+    if at < 0 or at + struct.calcsize(fmt) > len(data):
+        raise pa.ArrowInvalid("IPC message metadata points outside itself")
+    return int(struct.unpack_from(fmt, data, at)[0])
+
+
+def _table_field(data: memoryview, table: int, slot: int) -> int | None:
+    """Where a flatbuffer table's field ``slot`` is (None: absent): the table's vtable lists its fields' places."""
+    vtable = table - _unpack("<i", data, table)
+    entry = 4 + 2 * slot
+    if entry >= _unpack("<H", data, vtable):
+        return None
+    place = _unpack("<H", data, vtable + entry)
+    return table + place if place else None
+
+
+def _referenced(data: memoryview, table: int, slot: int) -> int | None:
+    """Where the table, vector or union value a flatbuffer table's field ``slot`` refers to is."""
+    at = _table_field(data, table, slot)
+    return None if at is None else at + _unpack("<I", data, at)
+
+
+def declared_size(value: bytes) -> tuple[int, int]:
+    """The rows and the bytes decompressed that an Arrow IPC stream's record and dictionary batches declare, read
+    from their metadata (flatbuffers, after Arrow's reader verified them) and the lengths that open their
+    compressed buffers: nothing is decompressed. Raises ``pyarrow.ArrowInvalid`` (or ``OSError``) for a stream
+    whose messages cannot be read."""
+    reader = pa.ipc.MessageReader.open_stream(value)
+    rows = size = 0
+    while True:
+        try:
+            message = reader.read_next_message()
+        except StopIteration:
+            return rows, size
+        if message.type not in ("record batch", "dictionary batch"):
+            continue
+        data = memoryview(message.metadata)
+        batch = _referenced(data, _unpack("<I", data, 0), _MESSAGE_HEADER_SLOT)
+        if batch is not None and message.type == "dictionary batch":
+            batch = _referenced(data, batch, _DICTIONARY_DATA_SLOT)
+        if batch is None:
+            raise pa.ArrowInvalid(f"IPC {message.type} message without its header")
+        rows_at = _table_field(data, batch, _BATCH_LENGTH_SLOT)
+        if rows_at is not None and message.type == "record batch":
+            rows += _unpack("<q", data, rows_at)
+        compressed = _table_field(data, batch, _BATCH_COMPRESSION_SLOT) is not None
+        body = memoryview(message.body) if message.body is not None else memoryview(b"")
+        for offset, length in _buffers(data, batch):
+            if not compressed or length == 0:
+                size += length
+                continue
+            decompressed = _unpack("<q", body, offset)
+            if decompressed < _NOT_COMPRESSED:
+                raise pa.ArrowInvalid("IPC buffer of a negative uncompressed length")
+            size += length - 8 if decompressed == _NOT_COMPRESSED else decompressed
+
+
+def _buffers(data: memoryview, batch: int) -> list[tuple[int, int]]:
+    """A RecordBatch's buffers, each its offset in the body and its length there."""
+    vector = _referenced(data, batch, _BATCH_BUFFERS_SLOT)
+    if vector is None:
+        return []
+    return [(_unpack("<q", data, vector + 4 + 16 * i), _unpack("<q", data, vector + 12 + 16 * i))
+            for i in range(_unpack("<I", data, vector))]
+
+
+def read_stream(value: bytes, *, trusted: bool = False, max_rows: int | None = None) -> pa.Table:
     """The table an Arrow IPC stream holds (:func:`write_stream`), its buffers decompressed and, unless
     ``trusted``, validated in full: Arrow's reader trusts the lengths, null counts and offsets a stream declares,
     and a damaged record whose buffers do not hold them would make whatever reads its arrays read outside them (a
     segmentation fault, or an abort). Raises ``pyarrow.ArrowInvalid`` (or ``OSError``) for a stream that cannot be
     read. ``trusted``: a stream the job wrote itself from validated entries (a bucket's share, its served rows),
-    not checked again on the state stage's and the driver's paths."""
+    not checked again on the state stage's and the driver's paths.
+
+    An untrusted stream is refused with :class:`StreamTooLarge` before any buffer is decompressed when it declares
+    more than :data:`MAX_STREAM_BYTES` decompressed, or more than ``max_rows`` rows (:func:`declared_size`)."""
+    if not trusted:
+        rows, size = declared_size(value)
+        if size > MAX_STREAM_BYTES:
+            raise StreamTooLarge(f"{size:,} bytes decompressed, more than {MAX_STREAM_BYTES:,}")
+        if max_rows is not None and rows > max_rows:
+            raise StreamTooLarge(f"{rows:,} rows, more than {max_rows:,}")
     table = pa.ipc.open_stream(value).read_all()
     if not trusted:
         table.validate(full=True)
