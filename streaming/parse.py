@@ -62,8 +62,13 @@ INPUT_SCHEMA = StructType([StructField(name, _INPUT_TYPES[name], nullable=name !
 type, never null, is part of the state store's key schema, which a checkpoint records and Spark holds every later
 version of the query to."""
 ARROW_INPUT = to_arrow_schema(INPUT_SCHEMA)
-QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "key")
-"""What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64)."""
+QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "raw_chars", "key")
+"""What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64): ``raw``
+cut to :data:`QUARANTINE_VALUE_MAX_CHARS`, ``raw_chars`` its whole length when it was cut."""
+QUARANTINE_VALUE_MAX_CHARS = 64 * 1024
+"""How much of a bad record's value (or a batch's bad entry, as JSON) the quarantine keeps. Cut where the record is
+read: a bad entry of a batch record holds up to what the record decompresses to (MAX_STREAM_BYTES), and whole it
+would cross the JVM and the driver."""
 QUARANTINE_VALUE_MAX_BYTES = 48_000
 """How much of a batch record that cannot be read the quarantine keeps (base64: 64 kB of text)."""
 
@@ -166,8 +171,11 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
         return bucket_of(_key(sample), ids), kind, to_json(sample).decode(), time_ms, cycle, None
 
     def quarantine(reason: str, partition: int, offset: int, raw: str | None, key: bytes | None) -> tuple[Any, ...]:
+        raw_chars = None
+        if raw is not None and len(raw) > QUARANTINE_VALUE_MAX_CHARS:
+            raw, raw_chars = raw[:QUARANTINE_VALUE_MAX_CHARS], len(raw)
         kept = json.dumps({"reason": reason, "partition": partition, "offset": offset, "raw": raw,
-                           "key": None if key is None else base64.b64encode(key).decode()})
+                           "raw_chars": raw_chars, "key": None if key is None else base64.b64encode(key).decode()})
         return ids[partition % len(ids)], QUARANTINED, kept, None, None, None  # any bucket: spread by partition
 
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

@@ -30,6 +30,7 @@ from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
 from streaming.event_writer import PRODUCER_SETTINGS, READ_BACK_TIMEOUT_S, keys_to_end
+from streaming.parse import QUARANTINE_VALUE_MAX_CHARS
 from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)
@@ -76,20 +77,18 @@ def read_back_ids(config: ReplmonConfig, topic: str, per_partition: int = READ_B
         consumer.close()
 
 
-QUARANTINE_VALUE_MAX_CHARS = 64 * 1024
-"""Of a quarantined record's value, the quarantine keeps this much: a sample near the samples topic's
-max.message.bytes must not make a quarantine record beyond the producer's or the topic's limit."""
-
-
-def quarantine_record(reason: str, partition: int, offset: int, raw: str | None,
+def quarantine_record(reason: str, partition: int, offset: int, raw: str | None, raw_chars: int | None = None,
                       max_chars: int = QUARANTINE_VALUE_MAX_CHARS) -> bytes:
     """The quarantine topic's record of one bad sample: why, where it came from, and its value (cut to
-    ``max_chars``, then ``value_chars`` tells the full length)."""
+    ``max_chars``, then ``value_chars`` tells the full length: ``raw_chars`` when it was cut where it was read,
+    :data:`streaming.parse.QUARANTINE_FIELDS`). The cut keeps a sample near the samples topic's max.message.bytes
+    from making a quarantine record beyond the producer's or the topic's limit."""
+    chars = raw_chars if raw_chars is not None else None if raw is None else len(raw)
     record: dict[str, Any] = {"reason": reason, "source_partition": partition, "source_offset": offset,
                               "value": raw if raw is None else raw[:max_chars]}
-    if raw is not None and len(raw) > max_chars:
+    if chars is not None and chars > max_chars:
         record["value_truncated"] = True
-        record["value_chars"] = len(raw)
+        record["value_chars"] = chars
     return json.dumps(record).encode()
 
 
@@ -218,7 +217,8 @@ class EventsPublisher:
         :data:`streaming.parse.QUARANTINE_FIELDS`); waits for the acknowledgements (a failure fails the batch,
         which Spark then retries)."""
         futures = [self.producer.send(self.quarantine_topic, key=row.key,
-                                      value=quarantine_record(row.reason, int(row.partition), int(row.offset), row.raw))
+                                      value=quarantine_record(row.reason, int(row.partition), int(row.offset), row.raw,
+                                                              None if pd.isna(row.raw_chars) else int(row.raw_chars)))
                    for row in records.itertuples(index=False)]
         self.producer.flush()
         for future in futures:

@@ -363,6 +363,8 @@ def hostile_batches() -> list[tuple[str, bytes, list[str]]]:
              ["malformed_batch"]),
             ("a batch of 0.8 MB holding 200 MB in its LZ4 frames", inflated(good, 200 * 2**20), ["oversized_batch"]),
             ("a batch of another schema", sink.getvalue().to_pybytes(), ["unknown_schema"]),
+            ("a batch whose one entry's topic is 5 MB", encode_batch([batch_sample(7, topic="h" * 5_000_000)]),
+             ["bad_length:topic"]),
             ("a batch with two bad entries among three good ones", mixed,
              ["bad_length:cluster", "out_of_range:partition"])]
 
@@ -441,6 +443,9 @@ def test_hostile_samples_are_quarantined_with_their_reason_and_valid_ones_still_
         for entry in found[k]:
             if entry["reason"] in ("malformed_batch", "oversized_batch", "unknown_schema"):
                 assert entry["value"]  # the record's start, in base64
+            elif entry.get("value_truncated"):  # the entry's JSON, its start and its length
+                assert entry["value"].startswith('{"schema":"partition/v1"') and len(entry["value"]) == 65_536
+                assert entry["value_chars"] > 5_000_000
             else:
                 assert json.loads(entry["value"])["topic"] == "hostile-batch"
 

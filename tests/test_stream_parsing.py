@@ -10,6 +10,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
+from replmon.contracts.batches import encode_batch
 from replmon.contracts.events import Event
 from replmon.contracts.samples import (
     SAMPLE_MODELS,
@@ -21,7 +22,8 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming import schema
-from streaming.parse import judge, processor_input, quarantined_records
+from streaming.parse import QUARANTINE_VALUE_MAX_CHARS, judge, processor_input, quarantined_records
+from streaming.sinks import quarantine_record
 
 KAFKA_RECORD = StructType([
     StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -192,6 +194,28 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
     assert bad["raw"].tolist() == ["\ufffd{not json", None, values[4].decode()]
     assert bad["reason"].tolist() == [schema.INVALID_UTF8, schema.MALFORMED_JSON,
                                       f"{schema.OUT_OF_RANGE}:leader_epoch"]
+
+
+def test_the_quarantine_keeps_the_start_of_a_long_value_where_it_is_read(spark: SparkSession) -> None:
+    """A bad JSON record near max.message.bytes, and a batch record's bad entry of up to what the record decompresses
+    to: each carried on as its first QUARANTINE_VALUE_MAX_CHARS characters and its whole length, not whole through
+    the JVM and the driver; the quarantine record tells that length."""
+    long_json = json.dumps(partition_sample(topic="t" * 900_000)).encode()
+    entry = PartitionSample.model_construct(**(PartitionSample.model_validate(partition_sample()).__dict__
+                                               | {"topic": "b" * 5_000_000}))
+    taken = rows(spark, [long_json, encode_batch([entry])])
+    bad = quarantined_records([r["sample"] for r in taken if r["kind"] == "q"]).sort_values("offset")
+    assert bad["reason"].tolist() == [f"{schema.BAD_LENGTH}:topic"] * 2
+    assert all(len(r["sample"]) < QUARANTINE_VALUE_MAX_CHARS + 1_000 for r in taken)
+    whole = [long_json.decode(), to_json(entry).decode()]
+    assert bad["raw"].tolist() == [w[:QUARANTINE_VALUE_MAX_CHARS] for w in whole]
+    assert bad["raw_chars"].tolist() == [len(w) for w in whole]
+    for row, w in zip(bad.itertuples(index=False), whole, strict=True):
+        record = json.loads(quarantine_record(row.reason, row.partition, row.offset, row.raw, int(row.raw_chars)))
+        assert (record["value"], record["value_truncated"], record["value_chars"]) == (
+            w[:QUARANTINE_VALUE_MAX_CHARS], True, len(w))
+    short = json.loads(quarantine_record("malformed_json", 0, 1, "{x"))
+    assert short["value"] == "{x" and "value_chars" not in short
 
 
 def test_the_read_stage_plans_no_checks(spark: SparkSession) -> None:
