@@ -41,7 +41,8 @@ def _type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
         return f"string `{prop['const']}`"
     kind = prop.get("type", "any")
     if kind == "array":
-        return "array of " + _type(prop.get("items", {}), defs)
+        most = f" (at most {prop['maxItems']})" if "maxItems" in prop else ""
+        return "array" + most + " of " + _type(prop.get("items", {}), defs)
     bounds = []
     if "minimum" in prop or "maximum" in prop:
         low, high = prop.get("minimum"), prop.get("maximum")

@@ -221,11 +221,14 @@ def pack(table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -
     if not isinstance(table, ColumnarTable):
         table = ColumnarTable(table if isinstance(table, PackedTable) else PackedTable(live=dict(table)))
     packed, columns = table.fold()
-    arrays = [_narrow(columns.columns[name]) for name in COLUMNS]
-    layout = (len(columns.metas), columns.columns["brokers"].shape[1], "".join(a.dtype.char for a in arrays))
+    slots = _slots_in_use(columns.columns["brokers"])
+    arrays = [_narrow(_first_slots(columns.columns[name], slots, name in STEADY_SLOTTED)) for name in COLUMNS]
+    layout = (len(columns.metas), slots, "".join(a.dtype.char for a in arrays))
     served = table.served
-    served_arrays = [_narrow(served.columns[name]) for name in SERVED_COLUMNS]
-    served_layout = (len(served), served.columns["replica"].shape[1], "".join(a.dtype.char for a in served_arrays))
+    served_slots = _slots_in_use(served.columns["replica"])
+    served_arrays = [_narrow(_first_slots(served.columns[name], served_slots, name in _served_widths(0)))
+                     for name in SERVED_COLUMNS]
+    served_layout = (len(served), served_slots, "".join(a.dtype.char for a in served_arrays))
     raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays),
                         served.names, served_layout, b"".join(a.tobytes() for a in served_arrays), served.run,
                         served.sent),
@@ -264,6 +267,22 @@ def unpack(value: bytes | None) -> ColumnarTable:
     if isinstance(next(iter(table.values()), b""), bytes):  # one format per table: its first value tells
         return ColumnarTable(PackedTable(table))
     return ColumnarTable(PackedTable(live=table))  # whole states, not their pickles
+
+
+STEADY_SLOTTED = ("brokers", "log_end_offsets")
+"""The steady columns' matrices with a slot per replica (the others have a fixed width)."""
+
+
+def _slots_in_use(replicas: np.ndarray) -> int:
+    """How many replica slots a bucket's matrix (``replicas``: a broker id, -1 for none) uses: up to the last one
+    any partition fills, at least one. A bucket's matrices are as wide as its widest partition's replicas; packed
+    this wide, they shrink back when that partition narrows (a reassignment done, a bad sample corrected)."""
+    used = np.flatnonzero((replicas >= 0).any(axis=0))
+    return int(used[-1]) + 1 if len(used) else 1
+
+
+def _first_slots(column: np.ndarray, slots: int, slotted: bool) -> np.ndarray:
+    return column[:, :slots] if slotted and column.shape[1] > slots else column
 
 
 def _steady_widths(slots: int) -> dict[str, int]:

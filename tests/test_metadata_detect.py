@@ -14,8 +14,9 @@ import pandas as pd
 from collectors.logdir.metadata.batches import MetadataRecord
 from collectors.logdir.metadata.view import MetadataView
 from replmon.contracts.events import EventSource, EventType
-from replmon.contracts.samples import LeaderRecoveryState, PartitionChange, parse_sample, to_json
+from replmon.contracts.samples import MAX_REPLICAS, LeaderRecoveryState, PartitionChange, parse_sample, to_json
 from streaming.detect import step_broker_change, step_partition_change
+from streaming.parse import judge
 from streaming.processor import KIND_EVENT, process_bucket
 from tests.test_detect import CFG, Feed, S, replica, sample
 
@@ -80,6 +81,21 @@ def test_the_view_clears_elr_forgets_removed_topics_and_skips_what_it_cannot_pla
     assert view.apply(record(7, "RemoveTopicRecord", {"topicId": TOPIC_ID})) == []
     assert view.partitions == {} and view.topics == {}
     assert view.apply(record(8, "FenceBrokerRecord", {"id": 2, "epoch": 9})) == []
+
+
+def test_a_partition_beyond_the_contract_s_replicas_is_published_for_the_job_to_quarantine() -> None:
+    """Kafka sets no bound on a partition's replicas; the contract does (MAX_REPLICAS). The agent's replay goes on
+    past such a partition, and the job quarantines its change with the reason."""
+    view = MetadataView("prod", "a", 1)
+    view.apply(topic_record(0))
+    wide = list(range(1, MAX_REPLICAS + 2))
+    (change,) = view.apply(record(1, "PartitionRecord", {
+        "partitionId": 7, "topicId": TOPIC_ID, "replicas": wide, "isr": wide, "removingReplicas": [],
+        "addingReplicas": [], "leader": 1, "leaderRecoveryState": 0, "leaderEpoch": 0, "partitionEpoch": 0,
+        "directories": [], "eligibleLeaderReplicas": None, "lastKnownElr": None}))
+    assert change.replicas == wide and judge(to_json(change)).reason == "bad_length:replicas"
+    (shrunk,) = view.apply(change_record(2, isr=[1, 2]))  # the replay goes on, the partition known
+    assert (shrunk.replicas, shrunk.isr, shrunk.previous_isr) == (wide, [1, 2], wide)
 
 
 def test_a_snapshot_replaces_the_view_and_reports_nothing() -> None:

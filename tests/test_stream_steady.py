@@ -31,7 +31,15 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming.detect import DetectConfig, step_dict, step_state
-from streaming.processor import BATCH, KIND_EVENT, KIND_PARTITION, apply_bucket, expire_bucket, process_bucket
+from streaming.processor import (
+    BATCH,
+    KIND_EVENT,
+    KIND_PARTITION,
+    apply_bucket,
+    expire_bucket,
+    process_bucket,
+    serve,
+)
 from streaming.state import PartitionState
 from streaming.steady import SteadyColumns, steady_form
 from streaming.table import ColumnarTable, pack, unpack
@@ -275,6 +283,44 @@ def test_a_fresh_bucket_steps_each_partition_once_and_applies_the_rest_of_its_sa
     # a step for each partition's first sample and for its first lineage (unless both are one), not one per sample
     lineage_later = [n for n in range(400) if n % len(cycles)]
     assert sorted(stepped) == sorted([(n, 1) for n in range(400)] + [(n, cycles[n % 6]) for n in lineage_later])
+
+
+def test_a_bucket_s_replica_matrices_shrink_back_when_its_widest_partition_narrows() -> None:
+    """A bucket keeps its replicas as matrices as wide as its widest partition (the steady columns', the served
+    columns'): one partition of 40 replicas widens them for every partition, and once it narrows (a reassignment
+    done) they are packed as wide as the bucket's partitions are again, with the outputs and states of the step of
+    every sample throughout."""
+    class Healthy(random.Random):
+        def random(self) -> float:
+            return 0.5
+
+    cluster = [Partition(Healthy(n), n) for n in range(60)]
+    assigned = cluster[0].replicas
+    wide = sorted(set(assigned) | set(range(5, 5 + 40 - len(assigned))))
+    table, plain = ColumnarTable(), {}
+    widths = []
+    for cycle in range(1, 11):
+        now = 1_000_000 + cycle * 5_000
+        if cycle in (3, 7):  # partition 0 reassigned to 40 replicas, then back
+            p = cluster[0]
+            p.replicas = p.isr = list(wide if cycle == 3 else assigned)
+            p.leos = dict.fromkeys(p.replicas, p.leos[p.leader])
+        records = []
+        for p in cluster:
+            p.leos = dict.fromkeys(p.replicas, p.leos[p.leader] + 10)
+            p.hw = p.leos[p.leader]
+            records.append(("p", p.sample(cycle, now)))
+        table, out = apply_bucket(unpack(pack(table)), batch_frame(records, len(records)), CFG, now)
+        serve(table, out.rows, 0, 1_000, "run", out.steady)
+        plain, expected = process_bucket(plain, batch_frame(records), CFG, now)
+        assert outputs(out.rows + process_bucket_steady_rows(out.steady)) == outputs(expected)
+        again = unpack(pack(table))
+        assert dict(again.items()) == plain
+        widths.append((again.steady.columns["brokers"].shape[1], again.served.columns["replica"].shape[1]))
+    narrow = max(len(p.replicas) for p in cluster)
+    assert len(wide) == 40 and narrow < 40
+    assert widths[:2] == [(narrow, narrow)] * 2 and widths[2:6] == [(40, 40)] * 4, widths
+    assert widths[-1] == (narrow, narrow), widths
 
 
 def test_the_columns_hold_a_steady_state_exactly() -> None:

@@ -29,6 +29,14 @@ Epoch = Annotated[int, Field(ge=-1, le=2**31 - 1)]
 PartitionId = Annotated[int, Field(ge=0, le=2**31 - 1)]
 TimeMs = Annotated[int, Field(ge=0, le=2**53)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
+MAX_REPLICAS = 64
+"""The most brokers a partition's replica lists (assigned, ISR, ELR, offline, offsets answered) hold: a replica
+set with a reassignment in flight (old and new replicas together) is twice its replication factor, 3 to 7 in
+practice; Kafka sets no bound of its own. The job keeps a bucket's replicas as matrices one slot wide per replica
+of its widest partition: one sample of 2,000 replicas made its bucket's calls 75 times slower (docs/design.md,
+"Buckets and state")."""
+
+Brokers = Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
 
 PARTITION_SCHEMA: Final = "partition/v1"
 REPLICA_SCHEMA: Final = "replica/v1"
@@ -110,16 +118,16 @@ class PartitionSample(_Record):
     """The leader's broker id; -1 when the partition has no leader (offline)."""
     leader_epoch: Epoch
     """The leader epoch: raised by the controller at every leader election."""
-    replicas: list[BrokerId]
+    replicas: Brokers
     """The assigned replicas (broker ids), the preferred leader first."""
-    isr: list[BrokerId]
+    isr: Brokers
     """The in-sync replicas: the followers caught up with the leader, and the leader."""
-    elr: list[BrokerId] | None = None
+    elr: Brokers | None = None
     """Eligible leader replicas (KIP-966): replicas out of the ISR that still hold every committed message and may
     be elected cleanly; None when the cluster does not report them."""
-    last_known_elr: list[BrokerId] | None = None
+    last_known_elr: Brokers | None = None
     """KIP-966's last known ELR: the replicas last in the ELR before it emptied, for a last-resort election."""
-    offline_replicas: list[BrokerId] = []
+    offline_replicas: Brokers = []
     """Replicas whose log dir failed (Kafka's offline replicas)."""
     high_watermark: Offset | None = None
     """The leader's high watermark: the first offset not yet committed (consumers read below it). None when the
@@ -129,7 +137,7 @@ class PartitionSample(_Record):
     read below it)."""
     log_start_offset: Offset | None = None
     """The leader's log start offset: retention deleted everything below it."""
-    replica_offsets: list[ReplicaOffsets] = []
+    replica_offsets: Annotated[list[ReplicaOffsets], Field(max_length=MAX_REPLICAS)] = []
     """Every assigned replica's own log end offset, each as its broker answered."""
     epoch_lineage: list[EpochEntry] | None = None
     """The leader's lineage (leader epoch -> start offset), when the sampler fetched it this cycle."""
@@ -252,13 +260,13 @@ class PartitionChange(_MetadataLogRecord):
     """The leader epoch after the record (the controller raises it with every leader it records)."""
     partition_epoch: Epoch
     """The partition epoch after the record (raised by every change)."""
-    replicas: list[BrokerId]
+    replicas: Brokers
     """The assigned replicas after the record."""
-    isr: list[BrokerId]
+    isr: Brokers
     """The in-sync replicas after the record."""
-    elr: list[BrokerId]
+    elr: Brokers
     """The eligible leader replicas after the record (KIP-966; empty without them)."""
-    last_known_elr: list[BrokerId]
+    last_known_elr: Brokers
     """The last known ELR after the record."""
     leader_recovery_state: LeaderRecoveryState
     """recovering after an unclean election, until the new leader has recovered its log; else recovered."""
@@ -266,11 +274,11 @@ class PartitionChange(_MetadataLogRecord):
     """The leader before the record; None when the record created the partition or the agent knew it no earlier."""
     previous_leader_epoch: Epoch | None = None
     """The leader epoch before the record."""
-    previous_isr: list[BrokerId] | None = None
+    previous_isr: Brokers | None = None
     """The in-sync replicas before the record: whom an election is judged against."""
-    previous_elr: list[BrokerId] | None = None
+    previous_elr: Brokers | None = None
     """The eligible leader replicas before the record."""
-    previous_last_known_elr: list[BrokerId] | None = None
+    previous_last_known_elr: Brokers | None = None
     """The last known ELR before the record: a leader elected from it, every ISR and ELR member gone, is the
     controller's own unclean recovery (KIP-966)."""
 

@@ -21,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pydantic import ValidationError
+
 from collectors.logdir.metadata.batches import MetadataRecord
 from replmon.contracts.samples import BrokerChange, LeaderRecoveryState, PartitionChange
 
@@ -206,7 +208,7 @@ class MetadataView:
             topic = self.topics.get(new.topic_id)
             if topic is None:
                 continue  # its TopicRecord was never read
-            out.append(PartitionChange(
+            out.append(_partition_change(
                 cluster=self.cluster, agent_id=self.agent_id, broker_id=self.broker_id,
                 metadata_offset=record.offset, append_time_ms=record.append_time_ms,
                 record_type=record.type,  # one of PARTITION_RECORDS
@@ -221,3 +223,13 @@ class MetadataView:
                 previous_last_known_elr=None if before is None else list(before.last_known_elr),
             ))
         return out
+
+
+def _partition_change(**fields: Any) -> PartitionChange:
+    """The change as its contract has it; one beyond the contract's bounds (a partition of more replicas than
+    :data:`~replmon.contracts.samples.MAX_REPLICAS`, which Kafka allows) as it is, unvalidated: published, the
+    job quarantines it with the reason (``bad_length:replicas``), and the replay goes on."""
+    try:
+        return PartitionChange(**fields)
+    except ValidationError:
+        return PartitionChange.model_construct(**fields)
