@@ -37,6 +37,9 @@ of its widest partition: one sample of 2,000 replicas made its bucket's calls 75
 "Buckets and state")."""
 
 Brokers = Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
+TopicId = Annotated[str, Field(max_length=64)]
+"""Kafka writes a topic id as 22 characters (its 16 bytes in URL-safe base64); the state keeps it for every
+partition, so the contract bounds it."""
 
 PARTITION_SCHEMA: Final = "partition/v1"
 REPLICA_SCHEMA: Final = "replica/v1"
@@ -109,7 +112,7 @@ class PartitionSample(_Record):
     did not answer)."""
     topic: str = Field(min_length=1, max_length=249)
     """The topic's name."""
-    topic_id: str | None = None
+    topic_id: TopicId | None = None
     """The topic's id as Kafka writes it (URL-safe base64, as in kafka-topics.sh): tells two incarnations of a
     topic apart."""
     partition: PartitionId
@@ -168,7 +171,7 @@ class ReplicaSample(_Record):
     """The log dir the replica's directory is in."""
     topic: str = Field(min_length=1, max_length=249)
     """The topic's name."""
-    topic_id: str | None = None
+    topic_id: TopicId | None = None
     """The topic's id from the replica's partition.metadata (Kafka's base64 form)."""
     partition: PartitionId
     """The partition's number."""
@@ -250,7 +253,7 @@ class PartitionChange(_MetadataLogRecord):
     (a change to it), ClearElrRecord (its ELR cleared)."""
     topic: str = Field(min_length=1, max_length=249)
     """The topic's name (from the log's TopicRecord)."""
-    topic_id: str
+    topic_id: TopicId
     """The topic's id (Kafka's base64 form)."""
     partition: PartitionId
     """The partition's number."""
