@@ -46,7 +46,8 @@ def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
     pure = selected(PURE)
     uses_spark = {"test_valid_samples_pass_as_the_collectors_write_them",
                   "test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarantine_keeps",
-                  "test_the_read_stage_plans_no_checks"}
+                  "test_the_read_stage_plans_no_checks",
+                  "test_the_quarantine_keeps_the_start_of_a_long_value_where_it_is_read"}
     assert "test_bad_records_get_their_reason" in pure and not uses_spark & pure
     spark = selected("spark")
     assert spark == uses_spark
