@@ -32,6 +32,7 @@ from replmon.contracts.batches import (
     write_stream,
 )
 from replmon.contracts.samples import (
+    MAX_LINEAGE,
     MAX_REPLICAS,
     EpochEntry,
     PartitionSample,
@@ -101,17 +102,18 @@ def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() 
     bad = [invalid(partition=-1), invalid(cluster=""), invalid(leader=None),
            invalid(replica_offsets=[ReplicaOffsets.model_construct(broker_id=-5, log_end_offset=1)]),
            invalid(isr=[1, -2]), invalid(topic="t" * 250), invalid(high_watermark=-3),
-           invalid(replicas=list(range(1, MAX_REPLICAS + 2))), invalid(topic_id="A" * 65)]
+           invalid(replicas=list(range(1, MAX_REPLICAS + 2))), invalid(topic_id="A" * 65),
+           invalid(epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0)] * (MAX_LINEAGE + 1))]
     good = [sample(p) for p in range(5)]
     table = read_batch(encode_batch([good[0], *bad, *good[1:]]))
     assert entry_reasons(table) == [None, "out_of_range:partition", "bad_length:cluster", "missing_field:leader",
                                     "out_of_range:replica_offsets[].broker_id", "out_of_range:isr[]",
                                     "bad_length:topic", "out_of_range:high_watermark", "bad_length:replicas",
-                                    "bad_length:topic_id", None, None, None, None]
+                                    "bad_length:topic_id", "bad_length:epoch_lineage", None, None, None, None]
     shares, quarantined = split_batch(encode_batch([good[0], *bad, *good[1:]]), list(range(4)))
-    assert [reason for reason, _ in quarantined] == entry_reasons(table)[1:10]
+    assert [reason for reason, _ in quarantined] == entry_reasons(table)[1:11]
     # the entry as the quarantine keeps it, a JSON record, gets the same reason from the models
-    assert [judge(entry.encode()).reason for _, entry in quarantined] == entry_reasons(table)[1:10]
+    assert [judge(entry.encode()).reason for _, entry in quarantined] == entry_reasons(table)[1:11]
     widest = sample(0, replicas=list(range(1, MAX_REPLICAS + 1)))  # a replica set at the bound is read
     assert entry_reasons(read_batch(encode_batch([widest]))) == [None]
     assert json.loads(quarantined[0][1])["partition"] == -1 and json.loads(quarantined[0][1])["schema"] == \

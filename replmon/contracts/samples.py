@@ -37,6 +37,11 @@ of its widest partition: one sample of 2,000 replicas made its bucket's calls 75
 "Buckets and state")."""
 
 Brokers = Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
+MAX_LINEAGE = 1_000
+"""The most entries a partition sample's epoch lineage holds (the sampler walks at most 64,
+``collectors.protocol.lineage.MAX_LINEAGE_DEPTH``). Each entry becomes a Python object where detect.py steps the
+partition, and the state keeps them: a batch record of 71 kB carried a lineage of 1,000,000 entries, 0.5 s and
+~250 MB of a worker's memory to read."""
 TopicId = Annotated[str, Field(max_length=64)]
 """Kafka writes a topic id as 22 characters (its 16 bytes in URL-safe base64); the state keeps it for every
 partition, so the contract bounds it."""
@@ -142,7 +147,7 @@ class PartitionSample(_Record):
     """The leader's log start offset: retention deleted everything below it."""
     replica_offsets: Annotated[list[ReplicaOffsets], Field(max_length=MAX_REPLICAS)] = []
     """Every assigned replica's own log end offset, each as its broker answered."""
-    epoch_lineage: list[EpochEntry] | None = None
+    epoch_lineage: Annotated[list[EpochEntry], Field(max_length=MAX_LINEAGE)] | None = None
     """The leader's lineage (leader epoch -> start offset), when the sampler fetched it this cycle."""
     min_insync_replicas: Annotated[int, Field(ge=1, le=2**31 - 1)] | None = None
     """The topic's min.insync.replicas (re-read every ``collector.config_refresh_cycles`` cycles)."""
