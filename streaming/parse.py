@@ -43,6 +43,7 @@ from streaming.schema import (
     MALFORMED_JSON,
     MISSING_FIELD,
     OUT_OF_RANGE,
+    QUARANTINE_VALUE_MAX_CHARS,
     UNKNOWN_FIELD,
     UNKNOWN_SCHEMA,
     WRONG_TYPE,
@@ -65,10 +66,6 @@ ARROW_INPUT = to_arrow_schema(INPUT_SCHEMA)
 QUARANTINE_FIELDS = ("reason", "partition", "offset", "raw", "raw_chars", "key")
 """What the quarantine keeps of a bad record, carried through the processor as JSON (``key`` in base64): ``raw``
 cut to :data:`QUARANTINE_VALUE_MAX_CHARS`, ``raw_chars`` its whole length when it was cut."""
-QUARANTINE_VALUE_MAX_CHARS = 64 * 1024
-"""How much of a bad record's value (or a batch's bad entry, as JSON) the quarantine keeps. Cut where the record is
-read: a bad entry of a batch record holds up to what the record decompresses to (MAX_STREAM_BYTES), and whole it
-would cross the JVM and the driver."""
 QUARANTINE_VALUE_MAX_BYTES = 48_000
 """How much of a batch record that cannot be read the quarantine keeps (base64: 64 kB of text)."""
 

@@ -70,4 +70,7 @@ OUT_OF_RANGE = "out_of_range"
 BAD_LENGTH = "bad_length"
 QUARANTINE_REASONS = (MALFORMED_JSON, INVALID_UTF8, UNKNOWN_SCHEMA, UNKNOWN_FIELD, MISSING_FIELD, WRONG_TYPE,
                       OUT_OF_RANGE, BAD_LENGTH)
-
+QUARANTINE_VALUE_MAX_CHARS = 64 * 1024
+"""How much of a bad record's value (or a batch's bad entry, as JSON) the quarantine keeps. Cut where the record is
+read (:mod:`streaming.parse`): a bad entry of a batch record holds up to what the record decompresses to
+(MAX_STREAM_BYTES), and whole it would cross the JVM and the driver."""

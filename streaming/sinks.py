@@ -30,7 +30,7 @@ from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
 from streaming.event_writer import PRODUCER_SETTINGS, READ_BACK_TIMEOUT_S, keys_to_end
-from streaming.parse import QUARANTINE_VALUE_MAX_CHARS
+from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from streaming.storage import HadoopDirectory
 
 log = logging.getLogger(__name__)

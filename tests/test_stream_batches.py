@@ -53,6 +53,7 @@ from streaming.batches import (
     split_records,
 )
 from streaming.parse import judge, processor_input
+from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from tests.damaged_batches import inflated, items_overstated, offsets_backwards
 
 KAFKA_RECORD = StructType([StructField("key", BinaryType()), StructField("value", BinaryType()),
@@ -120,6 +121,21 @@ def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() 
         "partition/v1"
     kept = [e for share in shares.values() for e in entries(share)]
     assert sorted(kept, key=lambda e: e["partition"]) == [as_dict(s) for s in good]
+
+
+def test_a_bad_entry_s_long_list_is_written_for_the_quarantine_as_far_as_it_keeps_it() -> None:
+    """A bad entry of a batch record may hold a list of millions of items (a lineage in LZ4 frames, a few kB);
+    its JSON is written with as many items as the quarantine keeps characters, and the text the quarantine keeps
+    (its first QUARANTINE_VALUE_MAX_CHARS characters) is the whole JSON's."""
+    long = invalid(epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0)] * 200_000)
+    value = encode_batch([sample(1), long])
+    shares, quarantined = split_batch(value, [0])
+    ((reason, written),) = quarantined
+    whole = to_json(long).decode()
+    assert reason == "bad_length:epoch_lineage" and len(whole) > len(written) > QUARANTINE_VALUE_MAX_CHARS
+    assert written[:QUARANTINE_VALUE_MAX_CHARS] == whole[:QUARANTINE_VALUE_MAX_CHARS]
+    assert json.loads(written)["epoch_lineage"] == [{"leader_epoch": 0, "start_offset": 0}] * QUARANTINE_VALUE_MAX_CHARS
+    assert [e["partition"] for e in entries(shares[0])] == [1]
 
 
 def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> None:

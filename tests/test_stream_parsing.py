@@ -22,7 +22,8 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming import schema
-from streaming.parse import QUARANTINE_VALUE_MAX_CHARS, judge, processor_input, quarantined_records
+from streaming.parse import judge, processor_input, quarantined_records
+from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from streaming.sinks import quarantine_record
 
 KAFKA_RECORD = StructType([
