@@ -47,8 +47,9 @@ _INT_COLUMNS = ("cluster_code", "topic_code", "partition", "sample_time_ms", "le
                 "max_follower_lag")
 FLAGS = ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale")
 _BOOL_COLUMNS = (*FLAGS, "served")
-_MATRIX_COLUMNS = ("replica", "in_isr", "lag", "isr_time_lag_ms")
-SERVED_COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
+MATRIX_COLUMNS = ("replica", "in_isr", "lag", "isr_time_lag_ms")
+"""The served columns' matrices, each with a slot per replica."""
+SERVED_COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *MATRIX_COLUMNS)
 """Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
 
 RANK = ["health", "_lag", "cluster", "topic", "partition"]
@@ -145,7 +146,7 @@ class ServedColumns:
     def empty(cls) -> ServedColumns:
         columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _INT_COLUMNS}
         columns.update({name: np.zeros(0, np.bool_) for name in _BOOL_COLUMNS})
-        columns.update({name: np.zeros((0, 1), np.int64) for name in _MATRIX_COLUMNS})
+        columns.update({name: np.zeros((0, 1), np.int64) for name in MATRIX_COLUMNS})
         columns["in_isr"] = np.zeros((0, 1), np.bool_)
         return cls([], columns)
 
@@ -210,7 +211,7 @@ class ServedColumns:
     def _widen(self, width: int) -> None:
         c = self.columns
         if width > c["replica"].shape[1]:
-            for name in _MATRIX_COLUMNS:
+            for name in MATRIX_COLUMNS:
                 c[name] = np.pad(c[name], ((0, 0), (0, width - c[name].shape[1])),
                                  constant_values=-1 if name == "replica" else 0)
 
@@ -231,7 +232,7 @@ class ServedColumns:
         starts = np.concatenate([[0], np.cumsum(np.bincount(of, minlength=n))[:-1]])
         slot = np.arange(len(replica), dtype=np.int64) - starts[of]
         self._widen(int(slot.max()) + 1 if len(slot) else 1)
-        for name in _MATRIX_COLUMNS:
+        for name in MATRIX_COLUMNS:
             c[name][rows] = -1 if name == "replica" else 0
         keys_ = _pair_keys(of, replica)
         isr, isr_of = flat(metrics["isr"])
@@ -268,7 +269,7 @@ class ServedColumns:
         isr = steady["isr"]  # an Arrow list array
         for k in np.flatnonzero(np.asarray(steady["isr_size"]) < np.asarray(steady["replica_count"])).tolist():
             in_isr[k] = np.isin(brokers[k], isr[k].as_py()) & valid[k]
-        for name in _MATRIX_COLUMNS:
+        for name in MATRIX_COLUMNS:
             c[name][rows] = -1 if name == "replica" else 0
         c["replica"][rows, :width] = brokers
         c["in_isr"][rows, :width] = in_isr

@@ -83,7 +83,7 @@ def quarantine_record(reason: str, partition: int, offset: int, raw: str | None,
     ``max_chars``, then ``value_chars`` tells the full length: ``raw_chars`` when it was cut where it was read,
     :data:`streaming.parse.QUARANTINE_FIELDS`). The cut keeps a sample near the samples topic's max.message.bytes
     from making a quarantine record beyond the producer's or the topic's limit."""
-    chars = raw_chars if raw_chars is not None else None if raw is None else len(raw)
+    chars = raw_chars if raw_chars is not None or raw is None else len(raw)
     record: dict[str, Any] = {"reason": reason, "source_partition": partition, "source_offset": offset,
                               "value": raw if raw is None else raw[:max_chars]}
     if chars is not None and chars > max_chars:

@@ -45,7 +45,9 @@ _INT_COLUMNS = ("partition", "cluster_code", "topic_code", "topic_id_code", "lea
                 "sample_time_ms", "cycle", "received_ms", "high_watermark", "log_start_offset", "committed_end",
                 "hw_stuck_since_ms", "hw_stuck_log_end_offset", "history_length", "lineage_fingerprint")
 _BOOL_COLUMNS = ("alone", "hw_stalled", "stale", "lineage_known")
-_MATRIX_COLUMNS = ("brokers", "log_end_offsets", "history_time_ms", "history_log_end_offset")
+SLOTTED_COLUMNS = ("brokers", "log_end_offsets")
+"""The matrices with a slot per replica (the LEO history's have a fixed width)."""
+_MATRIX_COLUMNS = (*SLOTTED_COLUMNS, "history_time_ms", "history_log_end_offset")
 COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
 """Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
 

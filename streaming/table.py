@@ -18,9 +18,9 @@ import pyarrow as pa
 
 from replmon.core.errors import ReplmonError
 from streaming.detect import LEO_HISTORY_LENGTH
-from streaming.serving import SERVED_COLUMNS, ServedColumns
+from streaming.serving import MATRIX_COLUMNS, SERVED_COLUMNS, ServedColumns
 from streaming.state import BucketValue, PartitionKey, PartitionState, dump_state, load_state
-from streaming.steady import COLUMNS, SteadyColumns, steady_form
+from streaming.steady import COLUMNS, SLOTTED_COLUMNS, SteadyColumns, steady_form
 
 
 class _Table(MutableMapping[PartitionKey, BucketValue]):
@@ -222,11 +222,11 @@ def pack(table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -
         table = ColumnarTable(table if isinstance(table, PackedTable) else PackedTable(live=dict(table)))
     packed, columns = table.fold()
     slots = _slots_in_use(columns.columns["brokers"])
-    arrays = [_narrow(_first_slots(columns.columns[name], slots, name in STEADY_SLOTTED)) for name in COLUMNS]
+    arrays = [_narrow(_first_slots(columns.columns[name], slots, name in SLOTTED_COLUMNS)) for name in COLUMNS]
     layout = (len(columns.metas), slots, "".join(a.dtype.char for a in arrays))
     served = table.served
     served_slots = _slots_in_use(served.columns["replica"])
-    served_arrays = [_narrow(_first_slots(served.columns[name], served_slots, name in _served_widths(0)))
+    served_arrays = [_narrow(_first_slots(served.columns[name], served_slots, name in MATRIX_COLUMNS))
                      for name in SERVED_COLUMNS]
     served_layout = (len(served), served_slots, "".join(a.dtype.char for a in served_arrays))
     raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays),
@@ -269,10 +269,6 @@ def unpack(value: bytes | None) -> ColumnarTable:
     return ColumnarTable(PackedTable(live=table))  # whole states, not their pickles
 
 
-STEADY_SLOTTED = ("brokers", "log_end_offsets")
-"""The steady columns' matrices with a slot per replica (the others have a fixed width)."""
-
-
 def _slots_in_use(replicas: np.ndarray) -> int:
     """How many replica slots a bucket's matrix (``replicas``: a broker id, -1 for none) uses: up to the last one
     any partition fills, at least one. A bucket's matrices are as wide as its widest partition's replicas; packed
@@ -286,12 +282,12 @@ def _first_slots(column: np.ndarray, slots: int, slotted: bool) -> np.ndarray:
 
 
 def _steady_widths(slots: int) -> dict[str, int]:
-    return {"brokers": slots, "log_end_offsets": slots, "history_time_ms": LEO_HISTORY_LENGTH,
+    return {**dict.fromkeys(SLOTTED_COLUMNS, slots), "history_time_ms": LEO_HISTORY_LENGTH,
             "history_log_end_offset": LEO_HISTORY_LENGTH}
 
 
 def _served_widths(slots: int) -> dict[str, int]:
-    return {"replica": slots, "in_isr": slots, "lag": slots, "isr_time_lag_ms": slots}
+    return dict.fromkeys(MATRIX_COLUMNS, slots)
 
 
 def _columns(layout: tuple[int, int, str], data: bytes, names: tuple[str, ...], widths: dict[str, int]
