@@ -3,7 +3,8 @@
 No Spark and no I/O here. The Spark job keeps one :class:`~streaming.state.PartitionState` per partition and
 calls :func:`step` for every PartitionSample, :func:`step_replica` for every ReplicaSample of the log-dir
 agents, :func:`step_partition_change` for every record of the KRaft metadata log an agent read, and
-:func:`expire` for partitions that got no sample in a micro-batch.
+:func:`expire` for partitions that got no sample in a micro-batch, and :func:`forget` for those that left the
+cluster's samples for good.
 
 The leader and ISR come from two sources. The metadata log, where an agent reads it, is the controller's own
 history: every change, at the controller's time, also those between two samples. The samples show the partition
@@ -56,6 +57,7 @@ __all__ = [
     "PartitionMetrics",
     "PartitionState",
     "expire",
+    "forget",
     "metrics_of",
     "step",
     "step_broker_change",
@@ -73,6 +75,9 @@ class DetectConfig:
     flapping_window_ms: int = 300_000
     flapping_threshold: int = 4
     """ISR_FLAPPING when more than this many ISR shrinks + expands fall within ``flapping_window_ms``."""
+    forget_after_ms: int = 300_000
+    """A partition with no sample for this long while its cluster's samples keep coming is forgotten
+    (:func:`forget`); 0: never."""
 
     @classmethod
     def from_stream_config(cls, stream: StreamConfig) -> DetectConfig:
@@ -81,6 +86,7 @@ class DetectConfig:
             hw_stalled_after_ms=round(stream.hw_stalled_after_s * 1000),
             flapping_window_ms=round(stream.flapping_window_s * 1000),
             flapping_threshold=stream.flapping_threshold,
+            forget_after_ms=round(stream.forget_after() * 1000),
         )
 
 
@@ -416,6 +422,28 @@ def expire(state: PartitionState, now_ms: int, cfg: DetectConfig) -> tuple[Parti
         message=f"no sample of {_name(m)} for {silent_ms / 1000:.0f} s",
     )  # fmt: skip
     return st, out.events
+
+
+def forget(state: PartitionState, now_ms: int, cluster_received_ms: int, cfg: DetectConfig) -> list[Event]:
+    """PARTITION_FORGOTTEN when the partition got no sample for ``cfg.forget_after_ms`` while its cluster's samples
+    kept coming (``cluster_received_ms``, the newest sample of the cluster the job received, is within
+    ``cfg.stale_after_ms`` of now): the collector no longer samples it, because its topic was deleted or left the
+    collector's topic selection (a partition in the metadata is sampled every cycle, its leader unreachable or
+    not). The caller drops the state; [] keeps it. A cluster that went silent as a whole keeps every partition: its
+    collector is down or cut off, and the states are what a leader change during the silence is judged by."""
+    silent_ms = now_ms - state.received_ms
+    if (cfg.forget_after_ms <= 0 or state.received_ms == NO_SAMPLE or silent_ms <= cfg.forget_after_ms
+            or now_ms - cluster_received_ms > cfg.stale_after_ms):
+        return []
+    m = state.meta
+    out = _Emitter(m, state.sample_time_ms, state.cycle, now_ms, source="forget", origin=EventSource.JOB)
+    out.emit(
+        EventType.PARTITION_FORGOTTEN, Severity.INFO,
+        event_time_ms=now_ms, leader=m.leader, leader_epoch=m.leader_epoch,
+        message=f"{_name(m)} forgotten: no sample for {silent_ms / 1000:.0f} s while the cluster's other partitions "
+                f"were sampled (topic deleted, or no longer selected by the collector)",
+    )  # fmt: skip
+    return out.events
 
 
 LEO_HISTORY_STEP_MS = 5_000

@@ -9,7 +9,8 @@ streaming.buckets).
 The detection itself is :mod:`streaming.detect` (pure, tested without Spark); this module only moves rows in
 and out of it.
 
-A processing-time timer per bucket fires every ``stale_after`` / 2 to find partitions that went silent.
+A processing-time timer per bucket fires every ``stale_after`` / 2 to find partitions that went silent, and
+those that left the collector's view (a deleted topic) to forget.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from streaming.detect import (
     DetectConfig,
     PartitionMetrics,
     expire,
+    forget,
     metrics_of,
     step_broker_change,
     step_partition_change,
@@ -65,6 +67,7 @@ from streaming.detect import (
 from streaming.pyspark_hooks import arrow_output, as_pandas
 from streaming.serving import ServedColumns, partials_dict, ranked, recorded_columns
 from streaming.state import (
+    NO_SAMPLE,
     BrokerRegistry,
     BucketValue,
     PartitionKey,
@@ -540,12 +543,19 @@ def _entries(values: list[bytes]) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
-def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, list[dict[str, Any]]]:
-    """The timer: STALE for every partition silent for longer than ``cfg.stale_after_ms``."""
+def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int
+                  ) -> tuple[Table, list[dict[str, Any]], list[PartitionKey]]:
+    """The timer: PARTITION_FORGOTTEN for every partition :func:`streaming.detect.forget` drops (the table holds
+    them no more), then STALE for every other partition silent for longer than ``cfg.stale_after_ms``. Returns the
+    new table, the output rows and the forgotten partitions the driver held as candidates (:func:`serve` tells it
+    to drop them)."""
     rows: list[dict[str, Any]] = []
     expired = table.copy()  # holds only what changed as new states (a PackedTable re-pickles only those)
+    forgotten, gone = _forget(expired, cfg, now_ms, rows)
     keys = table.expiring(now_ms, cfg.stale_after_ms) if isinstance(table, ColumnarTable) else list(table)
     for key in keys:
+        if key in forgotten:
+            continue
         state = table.get(key) if not isinstance(table, ColumnarTable) else expired.get(key)
         if not isinstance(state, PartitionState):
             continue  # a cluster's brokers: no samples to miss
@@ -554,7 +564,40 @@ def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int) -> tuple[Table, 
             expired[key] = new
             rows.extend(event_row(e) for e in events)
             rows.append(partition_row(metrics_of(new)))
-    return expired, rows
+    return expired, rows, gone
+
+
+def _forget(table: Table, cfg: DetectConfig, now_ms: int, rows: list[dict[str, Any]]
+            ) -> tuple[set[PartitionKey], list[PartitionKey]]:
+    """The partitions :func:`streaming.detect.forget` drops, dropped from ``table`` with their events in ``rows``;
+    returns them, and those the driver held as candidates. A cluster's newest sample is the newest this bucket
+    holds: a cluster with no other partition in the bucket keeps its silent ones (they stay stale)."""
+    if cfg.forget_after_ms <= 0:
+        return set(), []
+    newest: dict[str, int] = {}
+    if isinstance(table, ColumnarTable):
+        newest = table.newest_received()
+        columns: SteadyColumns = table.steady
+        keys = [*table.side, *columns.keys(columns.silent_rows(now_ms, cfg.forget_after_ms))]
+    else:
+        for held in table.values():
+            if isinstance(held, PartitionState):
+                cluster = held.meta.cluster
+                newest[cluster] = max(newest.get(cluster, held.received_ms), held.received_ms)
+        keys = list(table)
+    forgotten: set[PartitionKey] = set()
+    for key in keys:
+        state = table.peek(key) if isinstance(table, ColumnarTable) else table.get(key)
+        if isinstance(state, PartitionState) and (events := forget(state, now_ms, newest.get(key[0], NO_SAMPLE), cfg)):
+            forgotten.add(key)
+            rows.extend(event_row(e) for e in events)
+    if not forgotten:
+        return forgotten, []
+    if isinstance(table, ColumnarTable):
+        return forgotten, table.forget(forgotten)
+    for key in forgotten:
+        del table[key]
+    return forgotten, []
 
 
 def steady_rows(steady: dict[str, Any]) -> list[dict[str, Any]]:
@@ -627,7 +670,7 @@ def _concat(batches: list[pa.RecordBatch]) -> pa.RecordBatch:
 
 
 def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget: int, run: str,
-          steady: dict[str, Any] | None = None) -> pa.RecordBatch:
+          steady: dict[str, Any] | None = None, gone: list[PartitionKey] | None = None) -> pa.RecordBatch:
     """What of a bucket call's output leaves the processor (:mod:`streaming.serving`), in :data:`OUTPUT_ARROW`:
     the quarantined records and events; the partition rows that are history snapshots (``served`` false: the
     executors write them); and one :data:`KIND_BUCKET` row (:func:`_message`) that carries, in ``served_rows``,
@@ -635,8 +678,9 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
     the partitions its steps reached, and the partitions that became candidates without a sample (all of them for
     a run the bucket has not told yet). Each partition row carries the message's sequence in ``payload``: the
     driver takes the newest word of a bucket on each partition. ``rows``: the rows of :mod:`streaming.detect`'s
-    steps; ``steady``: the steady step's metrics (its rows are built for those that leave only). Records every
-    partition's metrics in ``table.served``.
+    steps; ``steady``: the steady step's metrics (its rows are built for those that leave only); ``gone``: candidates
+    the table no longer holds (:func:`expire_bucket`), which the driver drops. Records every partition's metrics in
+    ``table.served``.
 
     The served rows travel as one stream, not a row each, because Spark turns every output row into its own rows:
     from the processor's Arrow into the micro-batch's cache, out of it, to Arrow again for the driver's collect:
@@ -658,7 +702,7 @@ def serve(table: ColumnarTable, rows: list[dict[str, Any]], bucket: int, budget:
     sampled[stepped] = True
     sampled[steady_at] = True
     entering = served.keys(np.flatnonzero(top & ~sampled & (~before | (not told))))
-    left = served.keys(np.flatnonzero(before & ~top)) if told else []
+    left = [*served.keys(np.flatnonzero(before & ~top)), *(gone or ())] if told else []
     served.columns["served"], served.run = top, run
     served.sent += 1
     seq = str(served.sent)
@@ -800,9 +844,9 @@ class ReplicationProcessor(StatefulProcessor):
         now_ms = timerValues.getCurrentProcessingTimeInMs()
         with gc_paused():
             stored = self.table.load()
-            table, out = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
+            table, out, gone = expire_bucket(stored if stored is not None else ColumnarTable(), self.cfg, now_ms)
             if out or (stored is not None and stored.served.run != self.run):
-                output = serve(table, out, int(key[0]), self.series_budget, self.run)
+                output = serve(table, out, int(key[0]), self.series_budget, self.run, gone=gone)
                 self.table.save(table)
             else:
                 output = rows_batch(out)

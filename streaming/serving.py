@@ -277,6 +277,30 @@ class ServedColumns:
         c["isr_time_lag_ms"][rows, :width] = np.where(in_isr, time_lag, 0)
         return rows
 
+    def forget(self, keys: Sequence[PartitionKey]) -> list[PartitionKey]:
+        """Drop the rows of ``keys`` (those it has), and the names no row refers to any more; returns the dropped
+        partitions that were candidates (the driver holds their rows)."""
+        if not keys or not len(self):
+            return []
+        clusters, topics, partitions = zip(*keys, strict=True)
+        rows = self._rows_index().find(codes_of(pa.array(clusters, pa.string()), self._codes),
+                                       codes_of(pa.array(topics, pa.string()), self._codes),
+                                       np.array(partitions, np.int64))
+        rows = rows[rows >= 0]
+        served = self.keys(rows[self.columns["served"][rows]])
+        keep = np.ones(len(self), np.bool_)
+        keep[rows] = False
+        columns = {name: column[keep] for name, column in self.columns.items()}
+        used = np.unique(np.concatenate([columns["cluster_code"], columns["topic_code"]]))
+        recode = np.full(len(self.names), -1, np.int64)
+        recode[used] = np.arange(len(used))
+        for name in ("cluster_code", "topic_code"):
+            columns[name] = recode[columns[name]]
+        self.names = [self.names[code] for code in used.tolist()]
+        self.columns = columns
+        self.__post_init__()
+        return served
+
     def _grow(self, count: int) -> None:
         for name, column in self.columns.items():
             shape = (count, *column.shape[1:])

@@ -281,6 +281,37 @@ class SteadyColumns:
                              {name: column[keep] for name, column in self.columns.items()},
                              np.ones(len(keep), np.bool_))
 
+    def pruned(self) -> SteadyColumns:
+        """The same rows with only the names they refer to (a deleted topic's name leaves with its partitions)."""
+        c = self.columns
+        codes = [c["cluster_code"], c["topic_code"], c["topic_id_code"]]
+        used = np.unique(np.concatenate(codes))
+        used = used[used >= 0]
+        if len(used) == len(self.names):
+            return self
+        recode = np.full(len(self.names), -1, np.int64)
+        recode[used] = np.arange(len(used))
+        columns = dict(c)
+        for name, column in zip(("cluster_code", "topic_code", "topic_id_code"), codes, strict=True):
+            columns[name] = np.where(column >= 0, recode[np.maximum(column, 0)], -1)
+        return SteadyColumns([self.names[code] for code in used.tolist()], self.metas, columns, self.alive)
+
+    def silent_rows(self, now_ms: int, silent_ms: int) -> Ints:
+        """The live rows whose newest sample was received more than ``silent_ms`` before ``now_ms``."""
+        c = self.columns
+        return np.flatnonzero(self.alive & (c["received_ms"] != NO_SAMPLE) & (now_ms - c["received_ms"] > silent_ms))
+
+    def newest_received(self) -> dict[str, int]:
+        """Per cluster, the newest ``received_ms`` of its live rows."""
+        c = self.columns
+        live = np.flatnonzero(self.alive)
+        if not len(live):
+            return {}
+        codes, received = c["cluster_code"][live], c["received_ms"][live]
+        newest = np.full(len(self.names), NULL, np.int64)
+        np.maximum.at(newest, codes, received)
+        return {self.names[code]: int(newest[code]) for code in np.unique(codes).tolist()}
+
     def stale_candidates(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
         """The partitions :func:`streaming.detect.expire` would mark STALE now."""
         c = self.columns

@@ -19,7 +19,7 @@ import pyarrow as pa
 from replmon.core.errors import ReplmonError
 from streaming.detect import LEO_HISTORY_LENGTH
 from streaming.serving import MATRIX_COLUMNS, SERVED_COLUMNS, ServedColumns
-from streaming.state import BucketValue, PartitionKey, PartitionState, dump_state, load_state
+from streaming.state import NO_SAMPLE, BucketValue, PartitionKey, PartitionState, dump_state, load_state
 from streaming.steady import COLUMNS, SLOTTED_COLUMNS, SteadyColumns, steady_form
 
 
@@ -155,6 +155,25 @@ class ColumnarTable(_Table):
     def expiring(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
         """The keys :func:`streaming.detect.expire` may change now: the packed ones, and the rows gone silent."""
         return [*self.side, *self.steady.stale_candidates(now_ms, stale_after_ms)]
+
+    def forget(self, keys: Iterable[PartitionKey]) -> list[PartitionKey]:
+        """The partitions ``keys`` dropped from the table and its served columns, with the names only they used;
+        returns those of them the driver held as candidates (:meth:`ServedColumns.forget`)."""
+        keys = list(keys)
+        for key in keys:
+            del self[key]
+        self.steady = self.steady.compacted().pruned()
+        return self.served.forget(keys)
+
+    def newest_received(self) -> dict[str, int]:
+        """Per cluster, the newest ``received_ms`` of its partitions' states."""
+        newest = self.steady.newest_received()
+        for key in self.side:
+            state = self.side.get(key)
+            if isinstance(state, PartitionState) and state.received_ms != NO_SAMPLE:
+                cluster = state.meta.cluster
+                newest[cluster] = max(newest.get(cluster, NO_SAMPLE), state.received_ms)
+        return newest
 
     def settle(self, keys: Iterable[PartitionKey]) -> None:
         """The states of ``keys``, set since the table was loaded and each in :func:`steady_form`, moved into the

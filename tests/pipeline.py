@@ -36,9 +36,10 @@ class Pipeline(harness.Pipeline):
     :class:`replmon.testbed.harness.Pipeline` takes it."""
 
     def __init__(self, cluster: LocalCluster, transport: LocalCluster, root: Path,
-                 topic_prefix: str = TOPIC_PREFIX, security: Mapping[str, SecurityConfig] | None = None) -> None:
+                 topic_prefix: str = TOPIC_PREFIX, security: Mapping[str, SecurityConfig] | None = None,
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
         super().__init__(root, cluster, transport, include=[f"{topic_prefix}.*"], topic_names=TRANSPORT_TOPICS,
-                         security=security)
+                         security=security, overrides=overrides)
         self.spawn("collect")
         try:
             self.start_job()
@@ -49,12 +50,13 @@ class Pipeline(harness.Pipeline):
 
 @contextlib.contextmanager
 def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
-                     topic_prefix: str = TOPIC_PREFIX) -> Iterator[Pipeline]:
-    """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both; all stopped (and
-    the transport cluster deleted) on exit."""
+                     topic_prefix: str = TOPIC_PREFIX, overrides: Mapping[str, Mapping[str, Any]] | None = None,
+                     ) -> Iterator[Pipeline]:
+    """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both (``overrides``: settings
+    by section over the harness's); all stopped (and the transport cluster deleted) on exit."""
     cluster.heal()
     with harness.transport_cluster(tmp_path_factory.mktemp("transport")) as transport:
-        p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix)
+        p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix, overrides=overrides)
         try:
             yield p
         finally:

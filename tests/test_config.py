@@ -51,10 +51,19 @@ def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     ("stream: {checkpoint_dir: 'file://host/replmon'}", "stream.checkpoint_dir"),
     ("stream: {checkpoint_dir: ''}", "stream.checkpoint_dir"),
     ("stream: {read_tasks: 0}", "stream.read_tasks"),
+    ("stream: {forget_after_s: -1}", "stream.forget_after_s"),
+    ("stream: {stale_after_s: 60, forget_after_s: 60}", "forget_after_s (60) must be greater than stale_after_s (60)"),
 ])
 def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> None:
     with pytest.raises(ReplmonError, match=re.escape(where)):
         load_config(write(tmp_path, text), env={})
+
+
+def test_forget_after_follows_stale_after_unless_set(tmp_path: Path) -> None:
+    """Unset, a partition is forgotten after ten times stale_after_s, whatever that is: a long stale_after_s alone
+    is no error."""
+    assert load_config(write(tmp_path, "stream: {stale_after_s: 600}"), env={}).stream.forget_after() == 6000
+    assert load_config(write(tmp_path, "stream: {forget_after_s: 0}"), env={}).stream.forget_after() == 0
 
 
 def test_sasl_without_password(tmp_path: Path) -> None:

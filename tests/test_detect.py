@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
-from replmon.contracts.events import Event, EventType, Severity
+from replmon.contracts.events import Event, EventSource, EventType, Severity
 from replmon.contracts.samples import PartitionSample, ReplicaSample
 from replmon.core.config import StreamConfig
 from streaming.detect import (
@@ -16,6 +17,7 @@ from streaming.detect import (
     Health,
     PartitionMetrics,
     expire,
+    forget,
     metrics_of,
     step,
     step_dict,
@@ -706,6 +708,34 @@ def test_no_stale_for_a_partition_only_the_agent_has_seen() -> None:
     assert feed.expire(10 * CFG.stale_after_ms) == []
 
 
+def test_a_partition_silent_while_its_cluster_is_sampled_is_forgotten_once_past_forget_after() -> None:
+    """forget: after forget_after_ms without a sample while the cluster's newest sample is recent (its topic
+    deleted), PARTITION_FORGOTTEN, whose id does not depend on when the timer ran; not before, not for a
+    cluster silent as a whole (its collector down: the state is what the next samples are judged by), not for a
+    partition only an agent has seen, never with forget_after_ms 0."""
+    feed = Feed()
+    feed.partition(sample(7), now_ms=1_000_000)
+    state = feed.state
+    assert state is not None
+    silent_until = 1_000_000 + CFG.forget_after_ms
+    assert forget(state, silent_until, silent_until, CFG) == []
+    (gone,) = forget(state, silent_until + 1, silent_until, CFG)
+    assert (gone.type, gone.severity, gone.source, gone.event_time_ms, gone.topic, gone.partition) == (
+        EventType.PARTITION_FORGOTTEN, Severity.INFO, EventSource.JOB, silent_until + 1, state.meta.topic,
+        state.meta.partition)
+    assert "forgotten" in gone.message and f"{CFG.forget_after_ms // 1000} s" in gone.message
+    (later,) = forget(state, silent_until + 60_000, silent_until + 60_000, CFG)
+    assert later.event_id == gone.event_id
+    # the cluster's newest sample older than stale_after: the whole cluster is silent
+    assert forget(state, silent_until + 1, silent_until + 1 - CFG.stale_after_ms, CFG) != []
+    assert forget(state, silent_until + 1, silent_until - CFG.stale_after_ms, CFG) == []
+    assert forget(state, silent_until + 1, silent_until, replace(CFG, forget_after_ms=0)) == []
+    agent_only = Feed()
+    agent_only.replica(replica(1, 1, 100))
+    assert agent_only.state is not None
+    assert forget(agent_only.state, 10 * CFG.forget_after_ms, 10 * CFG.forget_after_ms, CFG) == []
+
+
 # ----------------------------------------------------------------------------------------------------------
 # Order, duplicates, determinism, purity
 
@@ -867,5 +897,7 @@ def test_events_serialise_to_json_and_back() -> None:
 def test_detect_config_from_stream_config() -> None:
     stream = StreamConfig(stale_after_s=12.5, hw_stalled_after_s=40, flapping_window_s=60, flapping_threshold=3)
     assert DetectConfig.from_stream_config(stream) == DetectConfig(
-        stale_after_ms=12_500, hw_stalled_after_ms=40_000, flapping_window_ms=60_000, flapping_threshold=3
-    )
+        stale_after_ms=12_500, hw_stalled_after_ms=40_000, flapping_window_ms=60_000, flapping_threshold=3,
+        forget_after_ms=125_000)  # ten times stale_after_s, forget_after_s unset
+    assert DetectConfig.from_stream_config(StreamConfig(stale_after_s=12.5, forget_after_s=0)).forget_after_ms == 0
+    assert DetectConfig.from_stream_config(StreamConfig(forget_after_s=45)).forget_after_ms == 45_000

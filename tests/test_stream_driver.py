@@ -99,7 +99,7 @@ def test_a_bucket_moves_steady_partitions_in_its_columns_and_unpickles_only_the_
     again = unpack(pack(table))
     assert len(again.steady) == 10 and dict(again.items()) == expected_table  # the shrunk one is steady again
     # the timer takes out of the columns only the partitions it marks stale
-    quiet, stale_rows = expire_bucket(unpack(pack(table)), CFG, now_ms=2_000_000 + 10_500)
+    quiet, stale_rows, _ = expire_bucket(unpack(pack(table)), CFG, now_ms=2_000_000 + 10_500)
     assert quiet.unpickled() == len([r for r in stale_rows if r["kind"] == KIND_PARTITION]) == 8
 
 
@@ -128,12 +128,12 @@ def test_a_bucket_table_is_stored_compressed() -> None:
 
 def test_timer_marks_silent_partitions_stale_once() -> None:
     table, _ = process_bucket({}, frame(sample(1, [1, 2, 3])), CFG, now_ms=1_000_000)
-    quiet, rows = expire_bucket(table, CFG, now_ms=1_000_000 + 5_000)
+    quiet, rows, _ = expire_bucket(table, CFG, now_ms=1_000_000 + 5_000)
     assert rows == []
-    stale, rows = expire_bucket(quiet, CFG, now_ms=1_000_000 + 11_000)
+    stale, rows, _ = expire_bucket(quiet, CFG, now_ms=1_000_000 + 11_000)
     assert [r["event_type"] for r in rows if r["kind"] == KIND_EVENT] == ["STALE"]
     assert [r["stale"] for r in rows if r["kind"] == KIND_PARTITION] == [True]
-    _, rows = expire_bucket(stale, CFG, now_ms=1_000_000 + 30_000)
+    _, rows, _ = expire_bucket(stale, CFG, now_ms=1_000_000 + 30_000)
     assert rows == []
 
 
@@ -341,5 +341,5 @@ def test_the_processor_marks_a_history_snapshot_on_a_change_or_once_a_minute() -
     # cycle 20 is the next minute of sample time (1,020,000 ms): both again, offsets only or not
     table, fourth = marks(table, sample(20, [1, 2, 3], hw=130), sample(20, [1, 2], partition=1, hw=130))
     assert fourth == {0: True, 1: True}
-    _, stale_rows = expire_bucket(table, CFG, now_ms=2_000_000 + 11_000)
+    _, stale_rows, _ = expire_bucket(table, CFG, now_ms=2_000_000 + 11_000)
     assert [r["history"] for r in stale_rows if r["kind"] == KIND_PARTITION] == [True, True]

@@ -203,39 +203,51 @@ def plain_top(newest: dict[tuple[str, str, int], dict[str, Any]], budget: int) -
 def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: int, budget: int) -> None:
     """Random micro-batches over 3 buckets of 12 partitions (each bucket's table packed and unpacked between
     calls, as the state store keeps it): after each, the driver's series are the first ``budget`` partitions of
-    all, with each one's newest metrics, and its aggregates those of every partition's newest metrics. Timers mark
-    silent partitions stale (candidates change without a sample), a bucket is sometimes called twice in one
-    micro-batch, and the driver sometimes starts again (a new exporter, a new run)."""
+    all the job tracks, with each one's newest metrics, and its aggregates those of every partition's newest
+    metrics. Timers mark silent partitions stale (candidates change without a sample) and forget those silent for
+    long (the last four of each bucket are no longer sampled from the sixth cycle: a deleted topic), a bucket is
+    sometimes called twice in one micro-batch, and the driver sometimes starts again (a new exporter, a new
+    run)."""
+    cfg = DetectConfig(stale_after_ms=CFG.stale_after_ms, forget_after_ms=2 * CFG.stale_after_ms)
     rng = random.Random(seed)
     buckets = {b: pack(ColumnarTable()) for b in range(3)}
     exporter, run = JobExporter(series_budget=budget), "run-0"
     newest: dict[tuple[str, str, int], dict[str, Any]] = {}
+    forgotten: set[tuple[str, str, int]] = set()
     now_ms = 2_000_000
-    for cycle in range(1, 14):
+    seen: set[tuple[str, str, int]] = set()
+    last = 14
+    for cycle in range(1, last + 1):
         now_ms += 4_000
-        if rng.random() < 0.15:  # the driver starts again
+        if rng.random() < 0.15 and cycle < last:  # the driver starts again
             exporter, run = JobExporter(series_budget=budget), f"run-{cycle}"
         outputs = []
         for bucket in range(3):
-            calls = ["samples"] if rng.random() < 0.8 else []
-            if rng.random() < 0.3:
+            calls = ["samples"] if rng.random() < 0.8 or cycle == last else []
+            if rng.random() < 0.3 or cycle == last:
                 calls.append("timer")
             for call in calls:
                 table = unpack(buckets[bucket])
                 steady = None
                 if call == "samples":
-                    chosen = [p for p in range(bucket, 36, 3) if rng.random() < 0.7]
-                    table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), CFG, now_ms,
+                    chosen = [p for p in range(bucket, 36, 3)
+                              if (rng.random() < 0.7 or cycle == last) and (p < 24 or cycle < 6)]
+                    table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), cfg, now_ms,
                                               copy=False)
-                    rows, steady = out.rows, out.steady
+                    rows, steady, gone = out.rows, out.steady, []
                     every = rows + ([] if steady is None else steady_rows(steady))
                 else:
-                    table, rows = expire_bucket(table, CFG, now_ms)
+                    table, rows, gone = expire_bucket(table, cfg, now_ms)
                     every = rows
                 for row in every:
+                    key = (row["cluster"], row["topic"], int(row["partition"] or 0))
                     if row["kind"] == KIND_PARTITION:
-                        newest[(row["cluster"], row["topic"], int(row["partition"]))] = row
-                outputs.append(as_pandas(serve(table, rows, bucket, budget, run, steady)))
+                        newest[key] = row
+                        seen.add(key)
+                    elif row.get("event_type") == "PARTITION_FORGOTTEN":
+                        forgotten.add(key)
+                        del newest[key]
+                outputs.append(as_pandas(serve(table, rows, bucket, budget, run, steady, gone)))
                 buckets[bucket] = pack(table)
         if not outputs:
             continue
@@ -259,6 +271,9 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
         with exporter._lock:
             aggregates = exporter._aggregates
         assert exported(aggregates) == exported(partials(served_of(pd.DataFrame(list(newest.values())))))
+    # the last cycle sampled every partition still in the topics and fired every bucket's timer
+    assert {key for key in newest if key[2] >= 24} == set() and forgotten >= {key for key in seen if key[2] >= 24}
+    assert {key for key in zip(*(exporter.snapshot()[name] for name in KEY), strict=True) if key[2] >= 24} == set()
 
 
 def test_the_served_rows_leave_in_their_bucket_s_row_and_the_history_snapshots_stay_rows() -> None:
@@ -385,7 +400,7 @@ def test_the_output_reaches_the_jvm_as_pyspark_s_own_conversion_makes_it() -> No
     for cycle in range(1, 9):
         now_ms = 1_000_000 + cycle * 1000 + 500
         if cycle == 6:  # partitions 0-5 silent: the timer marks them stale
-            table, rows = expire_bucket(table, CFG, now_ms + 30_000)
+            table, rows, _ = expire_bucket(table, CFG, now_ms + 30_000)
             leaving = serve(table, rows, 0, 4, "run")
         else:
             chosen = range(6, 20) if cycle > 6 else range(20)

@@ -44,7 +44,8 @@ from streaming.state import PartitionState
 from streaming.steady import SteadyColumns, steady_form
 from streaming.table import ColumnarTable, pack, unpack
 
-CFG = DetectConfig(stale_after_ms=20_000, hw_stalled_after_ms=8_000, flapping_window_ms=60_000, flapping_threshold=3)
+CFG = DetectConfig(stale_after_ms=20_000, hw_stalled_after_ms=8_000, flapping_window_ms=60_000, flapping_threshold=3,
+                   forget_after_ms=30_000)
 
 
 class Partition:
@@ -189,12 +190,15 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
     stored = pack(ColumnarTable())
     time_ms, cycle, metadata_offset = 1_000_000, 0, 0
     steady_seen = 0
-    for _ in range(60):
+    deleted = cluster[-1]  # its topic is deleted after the 20th micro-batch: it is forgotten, the others stay
+    for batch in range(60):
         records: list[tuple[str, dict[str, Any]]] = []
         for _round in range(rng.choice([1, 1, 1, 2, 3])):
             cycle += 1
             time_ms += rng.choice([1_000, 2_000, 5_000, 5_000, 7_000])
             for p in cluster:
+                if p is deleted and batch >= 20:
+                    continue
                 p.advance()
                 if rng.random() < 0.9:
                     records.append(("p", p.sample(cycle, time_ms + rng.randint(0, 300))))
@@ -207,9 +211,14 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
         now_ms = time_ms + 500
         if rng.random() < 0.1:  # the job falls silent for a while: the timer runs first
             now_ms += 25_000
-            reference, expected_stale = expire_bucket(reference, CFG, now_ms)
-            table, stale = expire_bucket(unpack(stored), CFG, now_ms)
+            reference, expected_stale, _ = expire_bucket(reference, CFG, now_ms)
+            table, stale, _ = expire_bucket(unpack(stored), CFG, now_ms)
             assert outputs(stale) == outputs(expected_stale)
+            stored = pack(table)
+        elif rng.random() < 0.2 or batch == 59:  # the timer, the job on time
+            reference, expected_timer, _ = expire_bucket(reference, CFG, now_ms)
+            table, timer, _ = expire_bucket(unpack(stored), CFG, now_ms)
+            assert outputs(timer) == outputs(expected_timer)
             stored = pack(table)
         batched = rng.choice([0, len(records) // 2, len(records)])
         frame = batch_frame(records, batched)
@@ -232,6 +241,7 @@ def test_the_steady_columns_give_what_the_step_of_each_sample_gives(seed: int) -
         assert steady_before <= len(cluster)
         assert dict(unpack(stored).items()) == reference
     assert steady_seen > 0  # the sequences exercise the steady path, not only the step
+    assert {key for key in reference if key[1] == "t"} == {("c", "t", p.number) for p in cluster if p is not deleted}
 
 
 def process_bucket_steady_rows(steady: dict[str, Any] | None) -> list[dict[str, Any]]:

@@ -30,6 +30,7 @@ class EventType(StrEnum):
     HW_STALLED = "HW_STALLED"
     ISR_FLAPPING = "ISR_FLAPPING"
     STALE = "STALE"
+    PARTITION_FORGOTTEN = "PARTITION_FORGOTTEN"
     ELR_CHANGE = "ELR_CHANGE"
     BROKER_FENCED = "BROKER_FENCED"
     BROKER_UNFENCED = "BROKER_UNFENCED"
@@ -72,7 +73,8 @@ class Event(BaseModel):
     event_time_ms: int
     """Milliseconds since the epoch: when it happened, as well as ``source`` tells. For metadata_log, the active
     controller's time of the record; for sampler and log_dir, the collector's time of the sample that revealed it
-    (the change happened within the cycle before); for job (STALE), the job's time that noticed the silence."""
+    (the change happened within the cycle before); for job (STALE, PARTITION_FORGOTTEN), the job's time that
+    noticed the silence."""
     detected_time_ms: int
     """Milliseconds since the epoch, on the job's clock: when the job processed the sample."""
     source: EventSource | None = None
@@ -216,6 +218,13 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         "No sample of the partition for over stream.stale_after_s. When one micro-batch finds most of a cluster's "
         "partitions silent, a single cluster-level STALE (no `topic`, no `partition`) stands for them.",
         "The collector is down or cannot reach the cluster, or the samples topic is not delivered to the job."),
+    EventType.PARTITION_FORGOTTEN: EventTypeSpec(
+        (Severity.INFO,), "info",
+        "The job stopped tracking the partition: no sample of it for over stream.forget_after_s while the "
+        "cluster's other partitions were sampled. Its state and its series are dropped (it no longer counts as "
+        "stale); a sample that comes again starts it afresh.",
+        "Its topic was deleted, or it left the collector's topic selection (`clusters[].topics`). A partition "
+        "still in the cluster's metadata is sampled every cycle, whether its leader answers or not."),
     EventType.ELR_CHANGE: EventTypeSpec(
         (Severity.INFO,), "info",
         "The eligible leader replicas (KIP-966) changed (`elr`, `previous_elr`; `brokers`: who entered or left): "

@@ -244,6 +244,11 @@ class StreamConfig(_Section):
     series_budget: int = Field(default=5000, ge=0)
     """Per-partition series exported at most (unhealthy partitions first); aggregates are always exported."""
     stale_after_s: float = Field(default=30.0, gt=0)
+    forget_after_s: float | None = Field(default=None, ge=0)
+    """A partition with no sample for this long while its cluster's other partitions are sampled is forgotten
+    (PARTITION_FORGOTTEN: its topic was deleted or left the collector's selection): its state and series are
+    dropped, so a deleted topic stops counting as stale. None (the default): ten times stale_after_s; 0: never.
+    A cluster whose samples stop as a whole keeps every partition."""
     hw_stalled_after_s: float = Field(default=30.0, gt=0)
     flapping_window_s: float = Field(default=300.0, gt=0)
     flapping_threshold: int = Field(default=4, ge=1)
@@ -265,6 +270,19 @@ class StreamConfig(_Section):
     packages through spark.archives (unpacked beside each executor, on its Python path); "none" when the
     executors' Python has replmon installed (the container image); or the path or URI of such a zip
     (`replmon package`)."""
+
+    @model_validator(mode="after")
+    def _forget_after_stale(self) -> StreamConfig:
+        if self.forget_after_s and self.forget_after_s <= self.stale_after_s:
+            raise ValueError(
+                f"forget_after_s ({self.forget_after_s:g}) must be greater than stale_after_s "
+                f"({self.stale_after_s:g}): a partition is stale before it is forgotten. Set it higher, or 0 to never "
+                f"forget partitions")
+        return self
+
+    def forget_after(self) -> float:
+        """Seconds of silence after which a partition is forgotten (0: never)."""
+        return 10 * self.stale_after_s if self.forget_after_s is None else self.forget_after_s
 
     @field_validator("checkpoint_dir", "history_dir", mode="before")
     @classmethod

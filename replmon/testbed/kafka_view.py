@@ -118,6 +118,20 @@ class KafkaView:
             [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"))
         return {name: entry["value"] for name, entry in result["topic"][topic].items()}
 
+    def topics(self) -> set[str]:
+        """Every topic the cluster's metadata lists."""
+        return set(self.call(lambda admin: admin.list_topics()))
+
+    def partition_count(self, topic: str) -> int:
+        """How many partitions ``topic`` has in the cluster's metadata."""
+        (described,) = self.call(lambda admin: admin.describe_topics([topic]))
+        return len(described["partitions"])
+
+    def delete_topic(self, name: str) -> None:
+        """Delete ``name`` and wait until no broker's metadata lists it."""
+        self.call(lambda admin: admin.delete_topics([name], timeout_ms=15000))
+        wait_until(lambda: name not in self.topics(), 30, f"{name} gone from the metadata")
+
     def create_topic(self, name: str, assignment: dict[int, list[int]] | None = None, partitions: int = 1,
                      replication_factor: int = 3, configs: dict[str, str] | None = None) -> None:
         spec: dict[str, Any] = {"configs": configs or {}}
