@@ -81,6 +81,6 @@ def test_a_deleted_topic_s_partitions_are_forgotten_and_leave_the_metrics(
         # the collector sampled the partition until Kafka's metadata dropped it (a cycle in flight at most), and
         # the job forgot it after forget_after_s without a sample
         last = newest[e["partition"]]
-        assert requested_ms - 60_000 < last < gone_ms + 2_000, (last, requested_ms, gone_ms)
+        assert requested_ms - 60_000 < last < gone_ms + 5_000, (last, requested_ms, gone_ms)
         assert e["event_time_ms"] - last > FORGET_AFTER_S * 1000, (e, last)
     assert max(s["sample_time_ms"] for s in samples if s.get("topic") == kept) > max(newest.values())
