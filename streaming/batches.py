@@ -279,17 +279,31 @@ def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
     records' order (a bucket then reads one stream per task, not one per record), LZ4-compressed
     (:data:`~replmon.contracts.batches.COMPRESSED`), and ``(record index, reason, entry JSON)`` per quarantined
     entry or record."""
+    shares, quarantined, _ = split_task_records(values, bucket_ids)
+    return shares, quarantined
+
+
+def split_task_records(values: Sequence[bytes], bucket_ids: Sequence[int]
+                       ) -> tuple[dict[int, bytes], list[tuple[int, str, str]], list[str]]:
+    """:func:`split_records`, and the clusters the valid entries are samples of."""
     table, quarantined = _valid_records(values)
     if table is None:
-        return {}, quarantined
+        return {}, quarantined, []
     shares = _by_bucket(table, bucket_ids)
-    return {bucket_id: write_stream(share, COMPRESSED) for bucket_id, share in shares.items()}, quarantined
+    clusters = [str(name) for name in pc.unique(table.column("cluster")).to_pylist()]
+    return ({bucket_id: write_stream(share, COMPRESSED) for bucket_id, share in shares.items()}, quarantined,
+            clusters)
 
 
 QUARANTINED = "q"
 """Input ``kind`` of a record that failed parsing or validation (the job reads and parses each record once, for
 the state and the quarantine): its ``sample`` is what the quarantine keeps of it, passed through the processor
 untouched as the ``payload`` of a quarantine output row."""
+HEARD = "h"
+"""Input ``kind`` of a row that tells a bucket which clusters a read task read partition samples of (its
+``sample``: their names, a JSON list), a row per bucket and task: a bucket that holds none of a cluster's
+partitions still sampled learns the cluster is sampled, which forgetting its silent partitions needs
+(:func:`streaming.detect.forget`)."""
 BATCH = "B"
 """Input ``kind`` of a row whose ``batch`` holds partition samples as columns: a batch record, then (after
 :func:`streaming.parse.read_records`) one bucket's share of the batch records of one task."""

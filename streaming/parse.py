@@ -35,7 +35,7 @@ from replmon.contracts.samples import (
     Sample,
     to_json,
 )
-from streaming.batches import BATCH, QUARANTINED, bucket_of, split_records
+from streaming.batches import BATCH, HEARD, QUARANTINED, bucket_of, split_task_records
 from streaming.processor import PROCESSOR_INPUT
 from streaming.schema import (
     BAD_LENGTH,
@@ -153,10 +153,12 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
     collectors write it, whatever the record's spacing), a row per bucket the task's batch records reach (one IPC
     stream of their valid entries: :func:`streaming.batches.split_records`), a row of kind
     :data:`~streaming.batches.QUARANTINED` per bad record or entry, with what the quarantine keeps as its
-    ``sample``."""
+    ``sample``, and a row of kind :data:`~streaming.batches.HEARD` per bucket naming the clusters the task read
+    partition samples of."""
     ids = list(bucket_ids)
 
-    def json_row(key: bytes | None, value: bytes | None, partition: int, offset: int) -> tuple[Any, ...] | None:
+    def json_row(key: bytes | None, value: bytes | None, partition: int, offset: int, clusters: set[str]
+                 ) -> tuple[Any, ...] | None:
         reason, sample = judge(value)
         if sample is None:
             raw = None if value is None else value.decode(errors="replace")
@@ -164,6 +166,8 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
         kind = KINDS.get(type(sample))
         if kind is None:
             return None
+        if isinstance(sample, PartitionSample):
+            clusters.add(sample.cluster)
         time_ms, cycle = _order(sample)
         return bucket_of(_key(sample), ids), kind, to_json(sample).decode(), time_ms, cycle, None
 
@@ -178,6 +182,7 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
     def read(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         values: list[bytes] = []
         wheres: list[tuple[int, int, bytes | None]] = []
+        clusters: set[str] = set()
         for records in batches:
             rows: list[tuple[Any, ...]] = []
             columns = [records.column(name).to_pylist() for name in ("key", "value", "partition", "offset")]
@@ -185,19 +190,24 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
                 if value is not None and value[:len(IPC_MARKER)] == IPC_MARKER:
                     values.append(value)
                     wheres.append((partition, offset, key))
-                elif (row := json_row(key, value, partition, offset)) is not None:
+                elif (row := json_row(key, value, partition, offset, clusters)) is not None:
                     rows.append(row)
             if rows:
                 yield _batch(rows)
-        if not values:
-            return
-        shares, quarantined = split_records(values, ids)
-        rows = [(bucket_id, BATCH, None, None, None, share) for bucket_id, share in shares.items()]
-        for index, reason, entry in quarantined:
-            partition, offset, key = wheres[index]
-            raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
-            rows.append(quarantine(reason, partition, offset, raw, key))
-        yield _batch(rows)
+        rows = []
+        if values:
+            shares, quarantined, sampled = split_task_records(values, ids)
+            clusters.update(sampled)
+            rows = [(bucket_id, BATCH, None, None, None, share) for bucket_id, share in shares.items()]
+            for index, reason, entry in quarantined:
+                partition, offset, key = wheres[index]
+                raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
+                rows.append(quarantine(reason, partition, offset, raw, key))
+        if clusters:  # every bucket hears which clusters are sampled, also one without any of their samples
+            heard = json.dumps(sorted(clusters))
+            rows += [(bucket_id, HEARD, heard, None, None, None) for bucket_id in ids]
+        if rows:
+            yield _batch(rows)
     return read
 
 

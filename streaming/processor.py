@@ -52,7 +52,7 @@ from replmon.contracts.batches import COMPRESSED, read_stream, write_stream
 from replmon.contracts.batches import entries as batch_entries
 from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
-from streaming.batches import BATCH, QUARANTINED, as_entries, gather_entries
+from streaming.batches import BATCH, HEARD, QUARANTINED, as_entries, gather_entries
 from streaming.detect import (
     DetectConfig,
     PartitionMetrics,
@@ -245,9 +245,12 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     rows: list[dict[str, Any]] = [{"kind": KIND_QUARANTINE, "payload": text}
                                   for text in samples.loc[bad, "sample"].tolist()]
     batched = samples["kind"] == BATCH
-    ordered = samples[~bad & ~batched].sort_values(["sample_time_ms", "cycle"], kind="stable")
+    heard = samples["kind"] == HEARD
+    ordered = samples[~bad & ~batched & ~heard].sort_values(["sample_time_ms", "cycle"], kind="stable")
     if copy:
         table = table.copy()
+    if isinstance(table, ColumnarTable) and heard.any():
+        table.hear(heard_clusters(samples.loc[heard, "sample"].tolist()), now_ms)
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None
@@ -543,6 +546,11 @@ def _entries(values: list[bytes]) -> pa.Table:
     return pa.concat_tables(tables) if len(tables) > 1 else tables[0]
 
 
+def heard_clusters(texts: list[str]) -> set[str]:
+    """The clusters :data:`~streaming.batches.HEARD` rows name (their ``sample``: a JSON list each)."""
+    return {cluster for text in texts for cluster in json.loads(text)}
+
+
 def expire_bucket(table: Table, cfg: DetectConfig, now_ms: int
                   ) -> tuple[Table, list[dict[str, Any]], list[PartitionKey]]:
     """The timer: PARTITION_FORGOTTEN for every partition :func:`streaming.detect.forget` drops (the table holds
@@ -571,7 +579,7 @@ def _forget(table: Table, cfg: DetectConfig, now_ms: int, rows: list[dict[str, A
             ) -> tuple[set[PartitionKey], list[PartitionKey]]:
     """The partitions :func:`streaming.detect.forget` drops, dropped from ``table`` with their events in ``rows``;
     returns them, and those the driver held as candidates. A cluster's newest sample is the newest this bucket
-    holds: a cluster with no other partition in the bucket keeps its silent ones (they stay stale)."""
+    holds or heard of (:meth:`ColumnarTable.newest_received`)."""
     if cfg.forget_after_ms <= 0:
         return set(), []
     newest: dict[str, int] = {}
@@ -800,6 +808,10 @@ class ReplicationProcessor(StatefulProcessor):
         """This processor's run: made on the driver, the same on every executor; a driver that starts again makes a
         new one, and each bucket then tells it its candidates whole (:func:`serve`)."""
         self.timer_period_ms = max(1000, cfg.stale_after_ms // 2)
+        self.heard_every_ms = cfg.stale_after_ms // 4
+        """A bucket told only which clusters are sampled saves that no more often: its state is written once
+        in this many milliseconds, not in every micro-batch, and a cluster is known sampled within
+        :attr:`DetectConfig.stale_after_ms <streaming.detect.DetectConfig>` all the same."""
 
     def init(self, handle: StatefulProcessorHandle) -> None:
         self.handle = handle
@@ -821,6 +833,9 @@ class ReplicationProcessor(StatefulProcessor):
             stored = self.table.load()
             table = stored if stored is not None else ColumnarTable()
             step("load", len(table))
+            if stored is not None and stored.served.run == self.run and (samples["kind"] == HEARD).all() \
+                    and stored.heard_within(heard_clusters(samples["sample"].tolist()), now_ms, self.heard_every_ms):
+                return rows_batch([])  # heard of lately, nothing else: nothing changes, nothing is saved
             table, out = apply_bucket(table, samples, self.cfg, now_ms, copy=False)
             step("process", len(out.rows) + (0 if out.steady is None else len(out.steady["partition"])))
             output = serve(table, out.rows, bucket, self.series_budget, self.run, out.steady)

@@ -103,15 +103,18 @@ class ColumnarTable(_Table):
     """A bucket's partitions: the steady ones as columns, the others (and a cluster's brokers) packed. A state read
     from the columns leaves them (its row dead) and lives in the packed table until :meth:`fold` puts it back,
     if it is then steady. ``copy()`` copies the columns (the steady step changes them in place). ``served``: the
-    partitions' newest metrics as the driver's series need them (:mod:`streaming.serving`)."""
+    partitions' newest metrics as the driver's series need them (:mod:`streaming.serving`). ``heard``: per cluster,
+    when the bucket last heard that the cluster's partitions are sampled, from the read stage
+    (:data:`streaming.batches.HEARD`), also while the bucket holds none of them that are."""
 
-    __slots__ = ("served", "side", "steady")
+    __slots__ = ("heard", "served", "side", "steady")
 
     def __init__(self, side: PackedTable | None = None, steady: SteadyColumns | None = None,
-                 served: ServedColumns | None = None) -> None:
+                 served: ServedColumns | None = None, heard: dict[str, int] | None = None) -> None:
         self.side = side if side is not None else PackedTable()
         self.steady = steady if steady is not None else SteadyColumns.empty()
         self.served = served if served is not None else ServedColumns.empty()
+        self.heard = heard if heard is not None else {}
 
     def get(self, key: PartitionKey, default: Any = None) -> Any:
         state = self.side.get(key)
@@ -139,7 +142,7 @@ class ColumnarTable(_Table):
         return len(self.side) + len(self.steady)
 
     def copy(self) -> ColumnarTable:
-        return ColumnarTable(self.side.copy(), self.steady.copy(), self.served.copy())
+        return ColumnarTable(self.side.copy(), self.steady.copy(), self.served.copy(), dict(self.heard))
 
     def peek(self, key: PartitionKey) -> BucketValue | None:
         """The partition's state, where it is kept (a steady one stays in the columns)."""
@@ -165,9 +168,21 @@ class ColumnarTable(_Table):
         self.steady = self.steady.compacted().pruned()
         return self.served.forget(keys)
 
+    def hear(self, clusters: Iterable[str], now_ms: int) -> None:
+        """The clusters' partitions are sampled as of ``now_ms``."""
+        for cluster in clusters:
+            self.heard[cluster] = max(now_ms, self.heard.get(cluster, now_ms))
+
+    def heard_within(self, clusters: Iterable[str], now_ms: int, within_ms: int) -> bool:
+        """Whether every one of ``clusters`` was heard within ``within_ms`` of ``now_ms``."""
+        return all(now_ms - self.heard.get(cluster, NO_SAMPLE) <= within_ms for cluster in clusters)
+
     def newest_received(self) -> dict[str, int]:
-        """Per cluster, the newest ``received_ms`` of its partitions' states."""
+        """Per cluster, the newest time the bucket knows its partitions sampled: its partitions' states'
+        ``received_ms``, and :attr:`heard`."""
         newest = self.steady.newest_received()
+        for cluster, heard_ms in self.heard.items():
+            newest[cluster] = max(newest.get(cluster, NO_SAMPLE), heard_ms)
         for key in self.side:
             state = self.side.get(key)
             if isinstance(state, PartitionState) and state.received_ms != NO_SAMPLE:
@@ -203,12 +218,14 @@ class ColumnarTable(_Table):
 
 STATE_MAGIC = b"RPL"
 """The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
-STATE_VERSION = 3
+STATE_VERSION = 4
 """The format :func:`pack` writes: the packed states (a map of pickled states), the steady columns (the names
 they refer to, the pickled metas, the arrays at their narrowest integer type one after the other in the order of
-:data:`streaming.steady.COLUMNS`) and the served columns (their names, the arrays the same way in the order of
-:data:`streaming.serving.SERVED_COLUMNS`, the run they were last sent to and how many times), pickled together
-and LZ4-compressed (the size in 8 bytes, then Arrow's LZ4 frame). Version 2: the same without the served
+:data:`streaming.steady.COLUMNS`), the served columns (their names, the arrays the same way in the order of
+:data:`streaming.serving.SERVED_COLUMNS`, the run they were last sent to and how many times) and the clusters the
+bucket heard of (:attr:`ColumnarTable.heard`), pickled together and LZ4-compressed (the size in 8 bytes, then
+Arrow's LZ4 frame). Version 3: the same without the clusters heard of; it loads with none (the read stage tells
+every bucket again within a micro-batch). Version 2: the same without the served
 columns; it loads with none (a partition joins them with its next metrics; the bucket tells the driver its
 candidates whole then, as to a new run). Version 1: the map of pickled states alone, the same way; it loads with
 no steady columns either (a partition joins them when its next sample reaches it)."""
@@ -250,7 +267,7 @@ def pack(table: ColumnarTable | PackedTable | dict[PartitionKey, BucketValue]) -
     served_layout = (len(served), served_slots, "".join(a.dtype.char for a in served_arrays))
     raw = pickle.dumps((packed, columns.names, columns.metas, layout, b"".join(a.tobytes() for a in arrays),
                         served.names, served_layout, b"".join(a.tobytes() for a in served_arrays), served.run,
-                        served.sent),
+                        served.sent, table.heard),
                        protocol=pickle.HIGHEST_PROTOCOL)
     return (STATE_MAGIC + bytes([STATE_VERSION]) + len(raw).to_bytes(_SIZE, "big")
             + pa.compress(raw, codec="lz4", asbytes=True))
@@ -265,7 +282,7 @@ def unpack(value: bytes | None) -> ColumnarTable:
         return ColumnarTable()
     if value.startswith(STATE_MAGIC):
         version = value[len(STATE_MAGIC)]
-        if version not in (1, 2, STATE_VERSION):
+        if version not in (1, 2, 3, STATE_VERSION):
             raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
                                     f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
                                     "checkpoint, or a newer one")
@@ -273,12 +290,15 @@ def unpack(value: bytes | None) -> ColumnarTable:
         if version >= 2:
             packed, names, metas, layout, data, *rest = pickle.loads(raw)
             served = None
+            heard: dict[str, int] = {}
             if rest:
-                served_names, served_layout, served_data, run, sent = rest
+                served_names, served_layout, served_data, run, sent, *more = rest
                 served = ServedColumns(served_names, _columns(served_layout, served_data, SERVED_COLUMNS,
                                                               _served_widths(served_layout[1])), run, sent)
+                if more:
+                    (heard,) = more
             return ColumnarTable(PackedTable(packed), SteadyColumns(names, metas, _columns(
-                layout, data, COLUMNS, _steady_widths(layout[1])), np.ones(len(metas), np.bool_)), served)
+                layout, data, COLUMNS, _steady_widths(layout[1])), np.ones(len(metas), np.bool_)), served, heard)
         value = raw
     elif value.startswith(LEGACY_LZ4):
         value = _decompress(value[len(LEGACY_LZ4):])

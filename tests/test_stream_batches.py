@@ -42,6 +42,7 @@ from replmon.contracts.samples import (
 )
 from streaming.batches import (
     BATCH,
+    HEARD,
     MALFORMED_BATCH,
     OVERSIZED_BATCH,
     QUARANTINED,
@@ -331,6 +332,9 @@ def test_the_processor_input_holds_each_batch_split_by_bucket_beside_the_json_re
     assert all(bucket == expected_bucket[p] and e == as_dict(written[p]) for p, (bucket, e) in got.items())
     assert json_rows[0]["bucket"] == expected_bucket[20]
     assert len({r["bucket"] for r in shares}) > 1 and all(r["bucket"] in bucket_ids for r in taken)
+    # every bucket, with a share or not, hears that the cluster is sampled
+    assert sorted((r["bucket"], json.loads(r["sample"])) for r in taken if r["kind"] == HEARD) == [
+        (b, ["prod"]) for b in bucket_ids]
     quarantined = sorted((json.loads(r["sample"]) for r in taken if r["kind"] == QUARANTINED),
                          key=lambda q: q["offset"])
     assert [(q["reason"], q["offset"]) for q in quarantined] == [("out_of_range:partition", 100),

@@ -14,6 +14,7 @@ import pandas as pd
 
 from replmon.contracts.metrics import CATALOG
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
+from streaming.batches import HEARD
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter, scrape
 from streaming.processor import (
@@ -21,8 +22,11 @@ from streaming.processor import (
     KIND_PARTITION,
     KIND_QUARANTINE,
     QUARANTINED,
+    ReplicationProcessor,
+    apply_bucket,
     expire_bucket,
     process_bucket,
+    serve,
 )
 from streaming.serving import partials, served_of
 from streaming.sinks import HistoryWriter, RecentIds, read_events
@@ -105,7 +109,7 @@ def test_a_bucket_moves_steady_partitions_in_its_columns_and_unpickles_only_the_
 
 def test_a_bucket_table_stored_before_packing_is_read() -> None:
     plain, _ = process_bucket({}, frame(sample(1, [1, 2, 3]), sample(1, [1, 2], partition=1)), CFG, now_ms=2_000_000)
-    old = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)  # what BucketTable.save wrote until session 7
+    old = pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)  # what BucketTable.save wrote before the packed format
     assert dict(unpack(old).items()) == plain == dict(unpack(pack(unpack(old))).items())
     assert dict(unpack(None).items()) == {}
     # the oldest format: each partition's state pickled whole (not dump_state's, without class names nor identity)
@@ -135,6 +139,79 @@ def test_timer_marks_silent_partitions_stale_once() -> None:
     assert [r["stale"] for r in rows if r["kind"] == KIND_PARTITION] == [True]
     _, rows, _ = expire_bucket(stale, CFG, now_ms=1_000_000 + 30_000)
     assert rows == []
+
+
+FORGETTING = DetectConfig(stale_after_ms=10_000, forget_after_ms=30_000)
+
+
+def heard(*clusters: str) -> pd.DataFrame:
+    """The read stage's word to a bucket that ``clusters`` are sampled (streaming.parse)."""
+    return pd.DataFrame({"kind": [HEARD], "sample": [json.dumps(list(clusters))], "sample_time_ms": [None],
+                         "cycle": [None]})
+
+
+def test_a_bucket_forgets_a_deleted_topic_s_partitions_only_while_it_hears_their_cluster_is_sampled() -> None:
+    """A bucket holding only the partitions of a deleted topic: no sample of its cluster reaches it, but the read
+    stage tells it every micro-batch that the cluster is sampled; its timer then forgets them after
+    forget_after_ms (their events, their candidates for the driver to drop, the table empty, through a pack).
+    Told only of another cluster, or told nothing (the cluster's collector down), it keeps them, stale."""
+    table, first = apply_bucket(ColumnarTable(), frame(*[sample(1, [1, 2, 3], partition=p) for p in range(3)]),
+                                FORGETTING, now_ms=1_000_000)
+    serve(table, first.rows, 0, 10, "run", first.steady)  # the driver holds the three as candidates
+    outcomes = {}
+    for told in (("c",), ("d",), ()):
+        bucket = unpack(pack(table))
+        for now_ms in range(1_002_000, 1_040_000, 2_000):  # a micro-batch every 2 s, none with a sample of c
+            if told:
+                bucket, out = apply_bucket(bucket, heard(*told), FORGETTING, now_ms)
+                assert out.rows == [] and out.steady is None
+            bucket = unpack(pack(bucket))
+        assert bucket.heard == dict.fromkeys(told, 1_038_000)
+        expired, rows, gone = expire_bucket(bucket, FORGETTING, now_ms=1_040_000)
+        outcomes[told] = (sorted((r["event_type"], r["partition"]) for r in rows if r["kind"] == KIND_EVENT),
+                          sorted(gone), len(unpack(pack(expired))))
+    assert outcomes[("c",)] == ([("PARTITION_FORGOTTEN", p) for p in range(3)], [("c", "t", p) for p in range(3)],
+                                0)
+    assert outcomes[("d",)] == outcomes[()] == ([("STALE", p) for p in range(3)], [], 3)
+
+
+class _StateStore:
+    """The handle of a transformWithStateInPandas bucket as the processor uses it: one list state, timers."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[bytes]] = []
+        self.puts = 0
+        self.timers: list[int] = []
+
+    def getListState(self, _name: str, _schema: Any) -> _StateStore:
+        return self
+
+    def get(self) -> Any:
+        return iter(self.rows)
+
+    def put(self, rows: list[tuple[bytes]]) -> None:
+        self.rows, self.puts = list(rows), self.puts + 1
+
+    def registerTimer(self, at_ms: int) -> None:
+        self.timers.append(at_ms)
+
+
+def test_a_bucket_told_only_of_a_cluster_heard_lately_saves_nothing() -> None:
+    """The read stage tells every bucket in every micro-batch which clusters are sampled: a bucket with nothing
+    else to do writes its state once per stale_after_ms / 4, not every time, and gives no output then."""
+    store = _StateStore()
+    processor = ReplicationProcessor(FORGETTING, series_budget=10, run="run")
+    processor.init(store)  # type: ignore[arg-type]
+    first = processor.process_rows(iter([pd.concat([frame(sample(1, [1, 2, 3])), heard("c")], ignore_index=True)]),
+                                   1_000_000)
+    assert store.puts == 1 and first.num_rows > 0 and unpack(store.rows[0][0]).heard == {"c": 1_000_000}
+    quiet = processor.process_rows(iter([heard("c")]), 1_000_000 + FORGETTING.stale_after_ms // 4)
+    assert store.puts == 1 and quiet.num_rows == 0
+    due = processor.process_rows(iter([heard("c")]), 1_000_001 + FORGETTING.stale_after_ms // 4)
+    assert store.puts == 2 and unpack(store.rows[0][0]).heard == {"c": 1_000_001 + FORGETTING.stale_after_ms // 4}
+    assert [row["kind"] for row in due.to_pylist()] == ["bucket"]
+    other = processor.process_rows(iter([heard("d")]), 1_000_002 + FORGETTING.stale_after_ms // 4)
+    assert store.puts == 3 and set(unpack(store.rows[0][0]).heard) == {"c", "d"} and other.num_rows == 1
 
 
 def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming import schema
+from streaming.batches import HEARD
 from streaming.parse import judge, processor_input, quarantined_records
 from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from streaming.sinks import quarantine_record
@@ -73,6 +74,9 @@ def test_valid_samples_pass_as_the_collectors_write_them(spark: SparkSession) ->
     assert judge(spaced).sample == PartitionSample.model_validate(partition_sample())
     assert judge(to_json(replica)).sample == replica
     out = rows(spark, [spaced, to_json(replica)])
+    heard = [r for r in out if r["kind"] == HEARD]  # every bucket hears the cluster of the partition sample
+    assert sorted((r["bucket"], json.loads(r["sample"])) for r in heard) == [(b, ["c1"]) for b in range(8)]
+    out = [r for r in out if r["kind"] != HEARD]
     assert [r["kind"] for r in out] == ["p", "r"]
     # what the processor takes: the sample written back as the collectors write it, whatever the record's spacing
     assert out[0]["sample"] == to_json(PartitionSample.model_validate(partition_sample())).decode()
@@ -187,7 +191,7 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
     keys = [b"c1/orders/3", b"c1", b"\x00\xfe binary key", None, b"k"]
     taken = rows(spark, values, keys)
     # the valid cycle sample is dropped; the valid partition sample is passed as the collectors wrote it
-    assert sorted(r["kind"] for r in taken) == ["p", "q", "q", "q"]
+    assert sorted(r["kind"] for r in taken) == ["h"] * 8 + ["p", "q", "q", "q"]
     assert [json.loads(r["sample"]) for r in taken if r["kind"] == "p"] == [partition_sample()]
     bad = quarantined_records([r["sample"] for r in taken if r["kind"] == "q"]).sort_values("offset")
     assert bad["offset"].tolist() == [102, 103, 104] and set(bad["partition"]) == {4}

@@ -418,3 +418,31 @@ def test_a_bucket_the_previous_version_wrote_goes_on_with_no_event_lost_or_repea
         assert outputs(got) == outputs(want)  # the same events (none lost, none twice) and metrics
         table = unpack(pack(table))
     assert len(table.steady) > 0 and dict(table.items()) == reference
+
+
+def test_a_bucket_of_state_format_3_goes_on_with_no_event_lost_or_repeated() -> None:
+    """``tests/data/upgrade/bucket-format-3.bin`` (written by ``bucket_format_3.py`` there): the bucket that replmon
+    before the clusters a bucket hears of (state format 3) wrote after the first 6 micro-batches of
+    ``batches.json``, its steady and served columns filled. This version reads it (no cluster heard of yet) and
+    its next 6 micro-batches give what the step of every sample gives from the start: nothing lost, nothing
+    twice; it writes format 4."""
+    batches = json.loads((UPGRADE / "batches.json").read_text())
+    stored = (UPGRADE / "bucket-format-3.bin").read_bytes()
+    assert stored[:4] == b"RPL\x03"
+    reference: dict[Any, Any] = {}
+    expected = []
+    for batch in batches:
+        reference, rows = process_bucket(reference, batch_frame([(k, s) for k, s in batch["records"]]), CFG,
+                                         batch["now_ms"])
+        expected.append(rows)
+    table = unpack(stored)
+    assert table.heard == {} and len(table.steady) > 0 and len(table.served) == len(table) == 8
+    assert table.served.run == "format-3"
+    for batch, want in zip(batches[6:], expected[6:], strict=True):
+        records = [(k, s) for k, s in batch["records"]]
+        table, got = process_bucket(table, batch_frame(records, len(records)), CFG, batch["now_ms"])
+        assert outputs(got) == outputs(want)
+        table.hear(["c"], batch["now_ms"])
+        table = unpack(pack(table))
+    assert dict(table.items()) == reference and table.heard == {"c": batches[-1]["now_ms"]}
+    assert pack(table)[:4] == b"RPL\x04"
