@@ -17,6 +17,7 @@ from replmon.testbed.harness import read_topic
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.workload import SequencedProducer
+from streaming.batches import bucket_of
 from tests.pipeline import DEADLINE_S, Pipeline, running_pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -25,6 +26,20 @@ PREFIX = "churn-"
 STALE_AFTER_S = 6.0
 FORGET_AFTER_S = 12.0
 CLUSTER = "local"
+STATE_BUCKETS = 8
+KEPT_PARTITIONS, DELETED_PARTITIONS = 2, 3
+
+
+def _deleted_topic(kept: str, prefix: str) -> str:
+    """A name for the topic to delete such that a state bucket holds some of its partitions and none of the kept
+    topic's: that bucket gets no sample of the cluster once the topic is gone, and must learn from the read stage
+    that the cluster is still sampled (streaming.batches.HEARD)."""
+    def bucket(topic: str, partition: int) -> int:
+        return bucket_of(f"{CLUSTER}/{topic}/{partition}", range(STATE_BUCKETS))
+
+    kept_buckets = {bucket(kept, p) for p in range(KEPT_PARTITIONS)}
+    return next(name for n in range(100) if any(
+        bucket(name := f"{prefix}-{n}", p) not in kept_buckets for p in range(DELETED_PARTITIONS)))
 
 
 def _forgotten(pipeline: Pipeline) -> list[dict[str, Any]]:
@@ -41,16 +56,16 @@ def test_a_deleted_topic_s_partitions_are_forgotten_and_leave_the_metrics(
     cluster: LocalCluster, kafka_view: KafkaView, tmp_path_factory: pytest.TempPathFactory,
     producer_factory: Callable[..., SequencedProducer], topic_name: str,
 ) -> None:
-    kept, deleted = f"{PREFIX}{topic_name}-kept", f"{PREFIX}{topic_name}-deleted"
-    kafka_view.create_topic(kept, partitions=2)
-    kafka_view.create_topic(deleted, partitions=3)
+    kept = f"{PREFIX}{topic_name}-kept"
+    deleted = _deleted_topic(kept, f"{PREFIX}{topic_name}-deleted")
+    kafka_view.create_topic(kept, partitions=KEPT_PARTITIONS)
+    kafka_view.create_topic(deleted, partitions=DELETED_PARTITIONS)
     producer_factory(kept, partition=None)  # writes to every partition of the kept topic throughout
     doomed = producer_factory(deleted, partition=None)
     doomed.wait_acknowledged(30)
     counts = {topic: kafka_view.partition_count(topic) for topic in (kept, deleted)}
-    # the harness's 8 state buckets for 5 partitions: a bucket may hold deleted partitions alone, and learns from
-    # the read stage that their cluster is still sampled
-    overrides = {"stream": {"stale_after_s": STALE_AFTER_S, "forget_after_s": FORGET_AFTER_S}}
+    overrides = {"stream": {"stale_after_s": STALE_AFTER_S, "forget_after_s": FORGET_AFTER_S,
+                            "state_buckets": STATE_BUCKETS}}
     with running_pipeline(cluster, tmp_path_factory, PREFIX, overrides) as pipeline:
         wait_until(lambda: all(pipeline.metric("replmon_topic_partitions", cluster=CLUSTER, topic=topic) == count
                                for topic, count in counts.items()), DEADLINE_S, "both topics tracked")
