@@ -75,7 +75,7 @@ from streaming.state import (
     brokers_key,
 )
 from streaming.steady import MATRICES, MEMBERSHIP, SteadyBatch, SteadyColumns, steady_form, steady_metrics, steady_step
-from streaming.table import ColumnarTable, PackedTable, pack, unpack
+from streaming.table import ColumnarTable, PackedTable, newest_received, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
 """What the bucket steps take and give back: the state store's :class:`ColumnarTable` (or its packed part alone),
@@ -582,16 +582,12 @@ def _forget(table: Table, cfg: DetectConfig, now_ms: int, rows: list[dict[str, A
     holds or heard of (:meth:`ColumnarTable.newest_received`)."""
     if cfg.forget_after_ms <= 0:
         return set(), []
-    newest: dict[str, int] = {}
     if isinstance(table, ColumnarTable):
         newest = table.newest_received()
         columns: SteadyColumns = table.steady
         keys = [*table.side, *columns.keys(columns.silent_rows(now_ms, cfg.forget_after_ms))]
     else:
-        for held in table.values():
-            if isinstance(held, PartitionState):
-                cluster = held.meta.cluster
-                newest[cluster] = max(newest.get(cluster, held.received_ms), held.received_ms)
+        newest = newest_received(table.values())
         keys = list(table)
     forgotten: set[PartitionKey] = set()
     for key in keys:

@@ -11,6 +11,7 @@ lookup is a binary search over arrays.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,3 +86,16 @@ def codes_of(names: pa.Array | pa.ChunkedArray, codes: dict[str, int]) -> Ints:
                        for name in encoded.dictionary.to_pylist()] + [-1], np.int64)
     indices = pc.fill_null(encoded.indices, len(lookup) - 1).to_numpy(zero_copy_only=False)
     return lookup[np.asarray(indices, np.int64)]
+
+
+def pruned_names(names: list[str], codes: Sequence[Ints]) -> tuple[list[str], list[Ints]]:
+    """The names some code of ``codes`` refers to, in their order, and ``codes`` numbered anew in them (-1, no name,
+    stays -1): ``names`` itself when every name is used. A deleted topic's name leaves with its partitions."""
+    used = np.unique(np.concatenate(codes)) if codes else np.zeros(0, np.int64)
+    used = used[used >= 0]
+    if len(used) == len(names):
+        return names, list(codes)
+    renumbered = np.full(len(names), -1, np.int64)
+    renumbered[used] = np.arange(len(used))
+    return ([names[code] for code in used.tolist()],
+            [np.where(code >= 0, renumbered[np.maximum(code, 0)], -1) for code in codes])

@@ -34,7 +34,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streaming.rowindex import RowIndex, codes_of
+from streaming.rowindex import RowIndex, codes_of, pruned_names
 from streaming.state import PartitionKey
 from streaming.steady import MATRICES
 
@@ -291,12 +291,8 @@ class ServedColumns:
         keep = np.ones(len(self), np.bool_)
         keep[rows] = False
         columns = {name: column[keep] for name, column in self.columns.items()}
-        used = np.unique(np.concatenate([columns["cluster_code"], columns["topic_code"]]))
-        recode = np.full(len(self.names), -1, np.int64)
-        recode[used] = np.arange(len(used))
-        for name in ("cluster_code", "topic_code"):
-            columns[name] = recode[columns[name]]
-        self.names = [self.names[code] for code in used.tolist()]
+        self.names, (columns["cluster_code"], columns["topic_code"]) = pruned_names(
+            self.names, [columns["cluster_code"], columns["topic_code"]])
         self.columns = columns
         self.__post_init__()
         return served

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streaming.detect import LEO_HISTORY_LENGTH, LEO_HISTORY_STEP_MS, METADATA_PROPAGATION_MS, DetectConfig, Health
-from streaming.rowindex import RowIndex, codes_of
+from streaming.rowindex import RowIndex, codes_of, pruned_names
 from streaming.state import (
     NO_SAMPLE,
     PartitionKey,
@@ -283,18 +283,11 @@ class SteadyColumns:
 
     def pruned(self) -> SteadyColumns:
         """The same rows with only the names they refer to (a deleted topic's name leaves with its partitions)."""
-        c = self.columns
-        codes = [c["cluster_code"], c["topic_code"], c["topic_id_code"]]
-        used = np.unique(np.concatenate(codes))
-        used = used[used >= 0]
-        if len(used) == len(self.names):
+        coded = ("cluster_code", "topic_code", "topic_id_code")
+        names, codes = pruned_names(self.names, [self.columns[name] for name in coded])
+        if names is self.names:
             return self
-        recode = np.full(len(self.names), -1, np.int64)
-        recode[used] = np.arange(len(used))
-        columns = dict(c)
-        for name, column in zip(("cluster_code", "topic_code", "topic_id_code"), codes, strict=True):
-            columns[name] = np.where(column >= 0, recode[np.maximum(column, 0)], -1)
-        return SteadyColumns([self.names[code] for code in used.tolist()], self.metas, columns, self.alive)
+        return SteadyColumns(names, self.metas, {**self.columns, **dict(zip(coded, codes, strict=True))}, self.alive)
 
     def silent_rows(self, now_ms: int, silent_ms: int) -> Ints:
         """The live rows whose newest sample was received more than ``silent_ms`` before ``now_ms``."""
@@ -314,10 +307,8 @@ class SteadyColumns:
 
     def stale_candidates(self, now_ms: int, stale_after_ms: int) -> list[PartitionKey]:
         """The partitions :func:`streaming.detect.expire` would mark STALE now."""
-        c = self.columns
-        silent = self.alive & ~c["stale"] & (c["received_ms"] != NO_SAMPLE) & (now_ms - c["received_ms"]
-                                                                               > stale_after_ms)
-        return self.keys(np.flatnonzero(silent))
+        silent = self.silent_rows(now_ms, stale_after_ms)
+        return self.keys(silent[~self.columns["stale"][silent]])
 
 
 class Lists(NamedTuple):

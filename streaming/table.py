@@ -99,6 +99,16 @@ class PackedTable(_Table):
         return self._live
 
 
+def newest_received(states: Iterable[BucketValue], newest: dict[str, int] | None = None) -> dict[str, int]:
+    """Per cluster, the newest ``received_ms`` of the partition states among ``states`` (with ``newest``'s)."""
+    newest = {} if newest is None else newest
+    for state in states:
+        if isinstance(state, PartitionState) and state.received_ms != NO_SAMPLE:
+            cluster = state.meta.cluster
+            newest[cluster] = max(newest.get(cluster, NO_SAMPLE), state.received_ms)
+    return newest
+
+
 class ColumnarTable(_Table):
     """A bucket's partitions: the steady ones as columns, the others (and a cluster's brokers) packed. A state read
     from the columns leaves them (its row dead) and lives in the packed table until :meth:`fold` puts it back,
@@ -183,12 +193,7 @@ class ColumnarTable(_Table):
         newest = self.steady.newest_received()
         for cluster, heard_ms in self.heard.items():
             newest[cluster] = max(newest.get(cluster, NO_SAMPLE), heard_ms)
-        for key in self.side:
-            state = self.side.get(key)
-            if isinstance(state, PartitionState) and state.received_ms != NO_SAMPLE:
-                cluster = state.meta.cluster
-                newest[cluster] = max(newest.get(cluster, NO_SAMPLE), state.received_ms)
-        return newest
+        return newest_received((self.side.get(key) for key in self.side), newest)
 
     def settle(self, keys: Iterable[PartitionKey]) -> None:
         """The states of ``keys``, set since the table was loaded and each in :func:`steady_form`, moved into the
