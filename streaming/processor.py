@@ -250,7 +250,7 @@ def apply_bucket(table: Table, samples: pd.DataFrame, cfg: DetectConfig, now_ms:
     if copy:
         table = table.copy()
     if isinstance(table, ColumnarTable) and heard.any():
-        table.hear(heard_clusters(samples.loc[heard, "sample"].tolist()), now_ms)
+        table.hear(heard_clusters(samples.loc[heard, "sample"].tolist()), now_ms, cfg.stale_after_ms)
     kinds: list[str] = ordered["kind"].tolist()
     parsed: list[dict[str, Any]] = [from_json(text) for text in ordered["sample"].tolist()]
     entries = _entries(samples.loc[batched, "batch"].tolist()) if batched.any() else None

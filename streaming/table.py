@@ -178,10 +178,14 @@ class ColumnarTable(_Table):
         self.steady = self.steady.compacted().pruned()
         return self.served.forget(keys)
 
-    def hear(self, clusters: Iterable[str], now_ms: int) -> None:
-        """The clusters' partitions are sampled as of ``now_ms``."""
+    def hear(self, clusters: Iterable[str], now_ms: int, keep_ms: int | None = None) -> None:
+        """The clusters' partitions are sampled as of ``now_ms``; with ``keep_ms``, the clusters not heard of within
+        it are dropped (a cluster no longer watched leaves no entry behind). :func:`streaming.detect.forget` asks
+        whether a cluster was sampled within ``stale_after_ms``: an older word of it tells nothing."""
         for cluster in clusters:
             self.heard[cluster] = max(now_ms, self.heard.get(cluster, now_ms))
+        if keep_ms is not None:
+            self.heard = {cluster: at for cluster, at in self.heard.items() if now_ms - at <= keep_ms}
 
     def heard_within(self, clusters: Iterable[str], now_ms: int, within_ms: int) -> bool:
         """Whether every one of ``clusters`` was heard within ``within_ms`` of ``now_ms``."""

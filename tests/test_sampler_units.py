@@ -17,8 +17,8 @@ from kafka.protocol.parser import KafkaProtocol
 from collectors.protocol import requests as rq
 from collectors.protocol.assemble import CycleAnswers, SampleAssembler
 from collectors.protocol.lineage import LineageBook, clip_to_log_start
-from collectors.protocol.sampler import LEADER_LABELS
-from collectors.protocol.topics import TopicSelector
+from collectors.protocol.sampler import LEADER_LABELS, ClusterSampler
+from collectors.protocol.topics import TopicSelector, topic_changes
 from collectors.protocol.wire import EncodedRequest, decode_list_offsets, encode_list_offsets, list_offsets_request
 from replmon.contracts.samples import (
     EpochEntry,
@@ -30,7 +30,7 @@ from replmon.contracts.samples import (
     to_json,
     trusted,
 )
-from replmon.core.config import TopicFilter
+from replmon.core.config import ClusterConfig, CollectorConfig, SecurityConfig, TopicFilter
 from replmon.core.errors import ReplmonError
 
 
@@ -313,6 +313,32 @@ def test_a_pattern_matching_nothing_is_reported_once() -> None:
     sel = TopicSelector.from_config(TopicFilter(include=["orders", "nothing.*"]))
     assert sel.unmatched_includes([("orders", False)]) == ["nothing.*"]
     assert sel.unmatched_includes([("orders", False)]) == []
+
+
+def test_topic_changes_name_what_appeared_left_and_grew() -> None:
+    changes = topic_changes({"orders": 6, "gone": 3, "same": 1}, {"orders": 12, "same": 1, "new": 2})
+    assert changes.appeared == {"new": 2} and changes.left == {"gone": 3} and changes.resized == {"orders": (6, 12)}
+    assert not topic_changes({"same": 1}, {"same": 1})
+
+
+def test_a_topic_that_leaves_the_metadata_is_one_warning_naming_why(caplog: pytest.LogCaptureFixture) -> None:
+    """The collector's side of PARTITION_FORGOTTEN: the topic's partitions are no longer sampled, and why."""
+    cluster = ClusterConfig(name="prod", bootstrap_servers=["127.0.0.1:9092"],
+                            security=SecurityConfig(username="monitor"))
+    sampler = ClusterSampler(cluster, CollectorConfig(), "c1", client_factory=lambda *a, **kw: None)
+    orders = [meta("orders", p, 1, [1, 2, 3]) for p in range(3)]
+    with caplog.at_level("INFO", logger="collectors.protocol.sampler"):
+        assert sampler._note_topics([*orders, meta("doomed", 0, 1, [1, 2, 3]), meta("doomed", 1, 2, [2, 3, 1])]) == []
+        assert sampler._note_topics([*orders, meta("doomed", 0, 1, [1, 2, 3]), meta("doomed", 1, 2, [2, 3, 1])]) == []
+        warnings = sampler._note_topics([*orders, meta("fresh", 0, 1, [1, 2, 3])])
+        assert sampler._note_topics([*orders, meta("fresh", 0, 1, [1, 2, 3])]) == []
+    assert warnings == ["cluster prod: topic doomed (2 partitions) left the cluster's metadata (deleted, or user "
+                        "monitor lost DESCRIBE on it): its partitions are no longer sampled, and the streaming job "
+                        "forgets them after stream.forget_after_s (PARTITION_FORGOTTEN)"]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert lines == [("INFO", "cluster prod: sampling 2 topics, 5 partitions"),
+                     ("INFO", "cluster prod: sampling topic fresh (1 partition) from now on"),
+                     ("WARNING", warnings[0])]
 
 
 def test_a_bad_pattern_is_one_clear_error() -> None:

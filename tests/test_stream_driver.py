@@ -175,6 +175,17 @@ def test_a_bucket_forgets_a_deleted_topic_s_partitions_only_while_it_hears_their
     assert outcomes[("d",)] == outcomes[()] == ([("STALE", p) for p in range(3)], [], 3)
 
 
+def test_a_cluster_no_longer_heard_of_leaves_the_bucket_s_state() -> None:
+    """A decommissioned cluster's word is dropped once older than stale_after_ms: forget() asks whether a cluster
+    was sampled within it, so an older word tells nothing, and kept it would stay in every bucket for good."""
+    table, _ = apply_bucket(ColumnarTable(), heard("old", "kept"), FORGETTING, now_ms=1_000_000)
+    assert table.heard == {"old": 1_000_000, "kept": 1_000_000}
+    table, _ = apply_bucket(table, heard("kept"), FORGETTING, now_ms=1_000_000 + FORGETTING.stale_after_ms)
+    assert set(unpack(pack(table)).heard) == {"old", "kept"}  # the word of "old" still within stale_after_ms
+    table, _ = apply_bucket(table, heard("kept"), FORGETTING, now_ms=1_000_001 + FORGETTING.stale_after_ms)
+    assert unpack(pack(table)).heard == {"kept": 1_000_001 + FORGETTING.stale_after_ms}
+
+
 class _StateStore:
     """The handle of a transformWithStateInPandas bucket as the processor uses it: one list state, timers."""
 

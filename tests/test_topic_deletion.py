@@ -78,6 +78,10 @@ def test_a_deleted_topic_s_partitions_are_forgotten_and_leave_the_metrics(
                             f"PARTITION_FORGOTTEN for the {counts[deleted]} partitions of {deleted}")
         watched = {topic for topic in kafka_view.topics() if topic.startswith(PREFIX)}
         assert watched == {kept}
+        # the collector says why on its side, once, before the job forgets: the topic left the metadata
+        collector_log = pipeline.log("collect").read_text()
+        assert collector_log.count(f"topic {deleted} ({counts[deleted]} partitions) left the cluster's metadata") == 1
+        assert f"topic {kept} (" not in collector_log
         # the metrics follow Kafka's metadata: the kept topic's partitions, none stale, none of the deleted topic;
         # the counter counts the events the micro-batch wrote once it has written them all (and their history)
         wait_until(lambda: pipeline.metric("replmon_cluster_partitions", cluster=CLUSTER) == counts[kept]

@@ -30,7 +30,7 @@ from collectors.protocol.assemble import (
 )
 from collectors.protocol.client import Call, ClusterClient, Outcome, Pending
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
-from collectors.protocol.topics import TopicSelector
+from collectors.protocol.topics import TopicSelector, topic_changes
 from replmon.contracts.samples import CycleSample, EpochEntry, Sample
 from replmon.core.config import ClusterConfig, CollectorConfig
 from replmon.core.errors import ReplmonError
@@ -100,6 +100,8 @@ class ClusterSampler:
                                 max(MIN_CYCLE_WAIT_S, collector.cycle_wait_share * collector.interval_s))
         """How long one cycle waits for answers in all (see ``CollectorConfig.cycle_wait_share``)."""
         self._cycle_deadline = 0.0
+        self.watched: dict[str, int] | None = None
+        """The topics the last cycle sampled, with their partitions (None before the first cycle)."""
 
     def _count(self, label: str, broker: int) -> None:
         self._requests += 1
@@ -144,6 +146,7 @@ class ClusterSampler:
             log.warning(warning)
         wanted = {t.name for t in topics if self.selector.wants(t.name, t.internal)}  # per topic, not partition
         selected = [m for m in metas if m.topic in wanted]
+        warnings += self._note_topics(selected)
         leads, hosts = rq.group_by_broker(selected)
         if any(not self.client.knows_broker(broker) for broker in hosts):
             # a broker back from the dead is in the partitions' replicas before it is in the client's
@@ -200,6 +203,33 @@ class ClusterSampler:
         return CycleResult(samples, cycle_sample, lineage_updates=len(lineages), warnings=warnings)
 
     # ------------------------------------------------------------------ steps
+    def _note_topics(self, selected: list[rq.PartitionMeta]) -> list[str]:
+        """Logs the topics the sampler starts or stops sampling; returns the warnings among those lines. A topic
+        leaves the selection only by leaving the metadata (the selection is fixed while the collector runs): it was
+        deleted, or the collector's user lost DESCRIBE on it. The streaming job forgets its partitions after
+        ``stream.forget_after_s`` (PARTITION_FORGOTTEN); this line says why, on the collector's side."""
+        now: dict[str, int] = {}
+        for m in selected:
+            now[m.topic] = now.get(m.topic, 0) + 1
+        before, self.watched = self.watched, now
+        name = self.cluster.name
+        if before is None:
+            log.info("cluster %s: sampling %d topics, %d partitions", name, len(now), len(selected))
+            return []
+        changes = topic_changes(before, now)
+        for topic, partitions in changes.appeared.items():
+            log.info("cluster %s: sampling topic %s (%s) from now on", name, topic, _partitions(partitions))
+        for topic, (was, count) in changes.resized.items():
+            log.info("cluster %s: topic %s has %d partitions, %d before", name, topic, count, was)
+        user = self.cluster.security.username
+        lost = f", or user {user} lost DESCRIBE on it" if user else ""
+        warnings = [f"cluster {name}: topic {topic} ({_partitions(partitions)}) left the cluster's metadata (deleted"
+                    f"{lost}): its partitions are no longer sampled, and the streaming job forgets them after "
+                    "stream.forget_after_s (PARTITION_FORGOTTEN)" for topic, partitions in changes.left.items()]
+        for warning in warnings:
+            log.warning(warning)
+        return warnings
+
     def _list_offsets_version(self) -> int:
         versions = self.client.api_versions(rq.LIST_OFFSETS_KEY)
         if versions is None:
@@ -354,6 +384,10 @@ class ClusterSampler:
                 done[tp] = finished
         done.update(self.lineages.settle(log_starts))
         return {tp: clip_to_log_start(lineage, log_starts.get(tp)) for tp, lineage in done.items()}
+
+
+def _partitions(count: int) -> str:
+    return f"{count} partition" if count == 1 else f"{count} partitions"
 
 
 class _NoAnswer(Exception):

@@ -4,7 +4,7 @@ off unless asked for. Pure: names in, names out."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from replmon.core.config import TopicFilter
@@ -53,3 +53,25 @@ class TopicSelector:
                 self._warned.add(pattern.pattern)
                 fresh.append(pattern.pattern)
         return fresh
+
+
+@dataclass(frozen=True)
+class TopicChanges:
+    """How the watched topics changed between two cycles (:func:`topic_changes`): topic -> partitions."""
+
+    appeared: dict[str, int]
+    left: dict[str, int]
+    resized: dict[str, tuple[int, int]]
+    """Topic -> (partitions before, partitions now)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.appeared or self.left or self.resized)
+
+
+def topic_changes(before: Mapping[str, int], now: Mapping[str, int]) -> TopicChanges:
+    """The topics watched ``now`` and not ``before``, those watched ``before`` and no longer, and those whose
+    partition count changed; each mapping is topic -> its watched partitions."""
+    return TopicChanges(
+        appeared={t: n for t, n in sorted(now.items()) if t not in before},
+        left={t: n for t, n in sorted(before.items()) if t not in now},
+        resized={t: (before[t], n) for t, n in sorted(now.items()) if t in before and before[t] != n})
