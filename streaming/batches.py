@@ -388,4 +388,4 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     values["lineage_sampled"] = sampled.astype(np.int64)
     values["lineage_fingerprint"] = lineage_fingerprints(
         Lists(flat, 2 * _numpy(pc.list_value_length(lineage), 0).astype(np.int64), sampled))
-    return SampleColumns(rows[entries], values, log_end_offsets, membership, entries)
+    return SampleColumns(rows[entries], values, log_end_offsets, membership, entries, np.arange(len(entries)))

@@ -432,12 +432,13 @@ def _finished(columns: SteadyColumns, batches: list[SteadyBatch], snapshot: set[
     if len(batches) == 1:
         batch = batches[0]
     else:
-        batch = SteadyBatch(np.concatenate([b.rows for b in batches]),
-                            {name: pa.concat_arrays([b.lists[name] for b in batches]) for name in MEMBERSHIP},
-                            np.concatenate([b.history for b in batches]))
+        lists = [b.lists for b in batches]
+        batch = SteadyBatch.of(np.concatenate([b.rows for b in batches]),
+                               {name: pa.concat_arrays([each[name] for each in lists]) for name in MEMBERSHIP},
+                               np.concatenate([b.history for b in batches]))
     marked = [row for row in (columns.row_of(key) for key in snapshot) if row is not None]
     if marked:
-        batch = SteadyBatch(batch.rows, batch.lists, batch.history | np.isin(batch.rows, marked))
+        batch = SteadyBatch(batch.rows, batch.source, batch.at, batch.history | np.isin(batch.rows, marked))
     return batch
 
 
@@ -527,9 +528,10 @@ def _apply_steady(table: ColumnarTable, kinds: list[str], parsed: list[dict[str,
         out.batch = rounds[0]
     else:
         starts = np.cumsum([0] + [len(batch.rows) for batch in rounds])
-        picks = pa.array(starts[last_round[whole]] + last_at[whole])  # its place in the rounds, one after another
-        out.batch = SteadyBatch(whole, {name: pa.concat_arrays([batch.lists[name] for batch in rounds])
-                                        .take(picks) for name in MEMBERSHIP}, history[whole])
+        picks = starts[last_round[whole]] + last_at[whole]  # its place in the rounds, one after another
+        # every round's samples were gathered at once: their lists are at their places in the same arrays
+        out.batch = SteadyBatch(whole, gathered.lists, np.concatenate([batch.at for batch in rounds])[picks],
+                                history[whole])
     return out
 
 

@@ -386,7 +386,8 @@ SAMPLE_VALUES = ("sample_time_ms", "cycle", "leader", "leader_epoch", "fingerpri
 class SampleColumns:
     """The samples of a micro-batch that may be steady (each the only record of its partition, its partition
     with a row), as arrays: their rows, the numbers :func:`steady_step` compares and writes, each replica's LEO in
-    the row's broker order, and the membership lists as the metrics give them (Arrow list arrays)."""
+    the row's broker order, and the membership lists as the metrics give them (Arrow list arrays, of every sample
+    gathered: each sample's are at its place in ``list_at``; taken once, for the samples whose metrics leave)."""
 
     rows: Ints
     values: dict[str, Ints]
@@ -394,31 +395,48 @@ class SampleColumns:
     lists: dict[str, pa.Array]
     at: Ints
     """Each sample's place among the entries it was gathered from."""
+    list_at: Ints
+    """Each sample's place in :attr:`lists`."""
 
     @classmethod
     def empty(cls, width: int) -> SampleColumns:
         return cls(np.zeros(0, np.int64), {name: np.zeros(0, np.int64) for name in SAMPLE_VALUES},
                    np.zeros((0, width), np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP},
-                   np.zeros(0, np.int64))
+                   np.zeros(0, np.int64), np.zeros(0, np.int64))
 
     def take(self, picks: Ints) -> SampleColumns:
         """The samples at ``picks`` (places in these columns), in that order."""
         if len(picks) == len(self.rows) and np.array_equal(picks, np.arange(len(picks))):
             return self
-        taken = pa.array(picks, pa.int64())
         return SampleColumns(self.rows[picks], {name: values[picks] for name, values in self.values.items()},
-                             self.log_end_offsets[picks],
-                             {name: lists.take(taken) for name, lists in self.lists.items()}, self.at[picks])
+                             self.log_end_offsets[picks], self.lists, self.at[picks], self.list_at[picks])
 
 
 @dataclass
 class SteadyBatch:
-    """The steady samples of a micro-batch: their rows, their membership lists, and which rows' metrics are a
-    history snapshot (:func:`streaming.processor.history_due`)."""
+    """The steady samples of a micro-batch: their rows, their membership lists (those of :attr:`source` at
+    :attr:`at`: a round of the steady step takes no list, the metrics take them once), and which rows' metrics
+    are a history snapshot (:func:`streaming.processor.history_due`)."""
 
     rows: Ints
-    lists: dict[str, pa.Array]
+    source: dict[str, pa.Array]
+    at: Ints
+    """Each row's sample's place in :attr:`source`."""
     history: Bools
+
+    @classmethod
+    def of(cls, rows: Ints, lists: dict[str, pa.Array], history: Bools) -> SteadyBatch:
+        """A batch whose lists are the rows' own, in their order."""
+        return cls(rows, lists, np.arange(len(rows)), history)
+
+    @property
+    def lists(self) -> dict[str, pa.Array]:
+        """The rows' membership lists, in their order."""
+        if all(len(lists) == len(self.at) for lists in self.source.values()) \
+                and np.array_equal(self.at, np.arange(len(self.at))):
+            return self.source
+        taken = pa.array(self.at, pa.int64())
+        return {name: lists.take(taken) for name, lists in self.source.items()}
 
 
 def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConfig, now_ms: int) -> SteadyBatch:
@@ -426,8 +444,8 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     would one by one (no events: a sample that would emit one is not steady). The samples left out take the
     step of :mod:`streaming.detect`."""
     if not len(gathered.rows):
-        return SteadyBatch(np.zeros(0, np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP},
-                           np.zeros(0, np.bool_))
+        return SteadyBatch.of(np.zeros(0, np.int64), {name: pa.array([], MEMBERSHIP_TYPE) for name in MEMBERSHIP},
+                              np.zeros(0, np.bool_))
     c = columns.columns
     rows = gathered.rows
     v = gathered.values
@@ -489,8 +507,7 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     c["received_ms"][rows] = now_ms
     c["stale"][rows] = False
     history = ((t // 60_000) != (prev_t // 60_000)) | before_stale | (c["hw_stalled"][rows] != before_stalled)
-    picked = pa.array(keep)
-    return SteadyBatch(rows, {name: values.take(picked) for name, values in gathered.lists.items()}, history)
+    return SteadyBatch(rows, gathered.lists, gathered.list_at[keep], history)
 
 
 MATRICES = "_matrices"
