@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import (
     INT64_MAX,
+    MAX_LINEAGE,
     SAMPLE_MODELS,
     CycleSample,
     EpochEntry,
@@ -328,6 +329,8 @@ def fixed() -> list[Hostile]:
     big_error["collector_id"] = "c" * 600_000
     escaped = base(PartitionSample)
     escaped["topic"] = "\u00e9" * 300_000  # 600 kB here; quoted as JSON text in the quarantine: 1.8 MB
+    long_lineage = base(ReplicaSample)
+    long_lineage["epoch_lineage"] = [{"leader_epoch": e, "start_offset": e} for e in range(MAX_LINEAGE + 1)]
     return [
         Hostile("tombstone (null value)", b"k", None, "malformed_json"),
         Hostile("null value, empty key", b"", None, "malformed_json"),
@@ -336,6 +339,8 @@ def fixed() -> list[Hostile]:
         Hostile("topic of 300k non-ASCII characters", b"k", json.dumps(escaped, ensure_ascii=False).encode(),
                 "bad_length:topic"),
         Hostile("extra field", b"k", encode({**base(ReplicaSample), "evil": {"$ne": 1}}), "unknown_field:evil"),
+        Hostile(f"replica lineage of {MAX_LINEAGE + 1} entries", b"k", encode(long_lineage),
+                "bad_length:epoch_lineage"),
     ]
 
 

@@ -14,7 +14,7 @@ from collectors.logdir.checkpoints import parse_leader_epoch_checkpoint
 from collectors.logdir.files import read_parsed
 from collectors.logdir.scanner import ScanContext, scan_log_dir, scan_log_dirs
 from replmon.cli import main
-from replmon.contracts.samples import EpochEntry, parse_sample
+from replmon.contracts.samples import MAX_LINEAGE, EpochEntry, ReplicaSample, parse_sample
 from tests.test_logdir_parsers import batch
 
 TOPIC_ID = "mTOJ9eNIQlK7J1Ix-ndbIw"
@@ -80,6 +80,17 @@ def test_scan_reads_every_replica(tmp_path: Path) -> None:
     p1 = samples["orders", 1]
     assert (p1.log_end_offset, p1.last_batch_leader_epoch, p1.log_start_offset) == (40, None, 35)
     assert p1.topic_id is None and p1.error is None
+
+
+def test_a_checkpoint_of_more_epochs_than_the_contract_holds_gives_its_newest(tmp_path: Path) -> None:
+    """A replica of countless elections (a compacted topic keeps every epoch's start): its sample carries the
+    newest MAX_LINEAGE entries, which validate, rather than a sample the job would quarantine."""
+    log_dir = make_log_dir(tmp_path / "d1")
+    entries = [f"{epoch} {epoch * 10}" for epoch in range(MAX_LINEAGE + 500)]
+    (log_dir / "orders-0" / "leader-epoch-checkpoint").write_text(checkpoint(entries))
+    p0 = by_partition(scan_log_dir(log_dir, CTX).samples)["orders", 0]
+    assert p0.epoch_lineage == [EpochEntry(leader_epoch=e, start_offset=e * 10) for e in range(500, MAX_LINEAGE + 500)]
+    assert ReplicaSample.model_validate(p0.model_dump()) == p0 and p0.error is None
 
 
 def test_stale_index_entry_falls_back_to_walking_from_the_start(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from collectors.logdir.checkpoints import (
 )
 from collectors.logdir.files import ReplicaFiles, VerifiedBatches, read_parsed, read_replica_dir
 from collectors.logdir.layout import TopicPartition
-from replmon.contracts.samples import ReplicaSample
+from replmon.contracts.samples import MAX_LINEAGE, ReplicaSample
 
 ROOT_CHECKPOINTS = (
     layout.REPLICATION_OFFSET_CHECKPOINT,
@@ -105,7 +105,7 @@ def replica_sample(ctx: ScanContext, broker_id: int, log_dir: Path, tp: TopicPar
         high_watermark_checkpoint=root.get(layout.REPLICATION_OFFSET_CHECKPOINT, tp),
         recovery_point=root.get(layout.RECOVERY_POINT_OFFSET_CHECKPOINT, tp),
         log_start_offset=log_start,
-        epoch_lineage=files.epoch_lineage,
+        epoch_lineage=files.epoch_lineage[-MAX_LINEAGE:],  # the newest: a replica of countless elections
         last_batch_leader_epoch=(files.tail.last_batch.partition_leader_epoch
                                  if files.tail and files.tail.last_batch else None),
         size_bytes=files.size_bytes,

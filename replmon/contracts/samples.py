@@ -38,10 +38,10 @@ of its widest partition: one sample of 2,000 replicas made its bucket's calls 75
 
 Brokers = Annotated[list[BrokerId], Field(max_length=MAX_REPLICAS)]
 MAX_LINEAGE = 1_000
-"""The most entries a partition sample's epoch lineage holds (the sampler walks at most 64,
-``collectors.protocol.lineage.MAX_LINEAGE_DEPTH``). Each entry becomes a Python object where detect.py steps the
-partition, and the state keeps them: a batch record of 71 kB carried a lineage of 1,000,000 entries, 0.5 s and
-~250 MB of a worker's memory to read."""
+"""The most entries a partition or replica sample's epoch lineage holds (the sampler walks at most 64,
+``collectors.protocol.lineage.MAX_LINEAGE_DEPTH``; the log-dir agent keeps a checkpoint's newest). Each entry
+becomes a Python object where detect.py steps the partition, and the state keeps them: a batch record of 71 kB
+carried a lineage of 1,000,000 entries, 0.5 s and ~250 MB of a worker's memory to read."""
 TopicId = Annotated[str, Field(max_length=64)]
 """Kafka writes a topic id as 22 characters (its 16 bytes in URL-safe base64); the state keeps it for every
 partition, so the contract bounds it."""
@@ -188,8 +188,10 @@ class ReplicaSample(_Record):
     """The replica's recovery point (recovery-point-offset-checkpoint): flushed to disk below it."""
     log_start_offset: Offset | None = None
     """The replica's log start offset (log-start-offset-checkpoint)."""
-    epoch_lineage: list[EpochEntry] = []
-    """The replica's leader-epoch-checkpoint: leader epoch -> start offset."""
+    epoch_lineage: Annotated[list[EpochEntry], Field(max_length=MAX_LINEAGE)] = []
+    """The replica's leader-epoch-checkpoint: leader epoch -> start offset; its newest :data:`MAX_LINEAGE` entries
+    when the file holds more (the detection compares lineages only where both cover the log, as after retention
+    dropped the oldest entries)."""
     last_batch_leader_epoch: Epoch | None = None
     """partitionLeaderEpoch of the last complete batch of the active segment."""
     size_bytes: Count = 0
