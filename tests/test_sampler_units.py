@@ -21,6 +21,7 @@ from collectors.protocol.sampler import LEADER_LABELS, ClusterSampler
 from collectors.protocol.topics import TopicSelector, topic_changes
 from collectors.protocol.wire import EncodedRequest, decode_list_offsets, encode_list_offsets, list_offsets_request
 from replmon.contracts.samples import (
+    MAX_REPLICAS,
     EpochEntry,
     PartitionSample,
     ReplicaError,
@@ -339,6 +340,21 @@ def test_a_topic_that_leaves_the_metadata_is_one_warning_naming_why(caplog: pyte
     assert lines == [("INFO", "cluster prod: sampling 2 topics, 5 partitions"),
                      ("INFO", "cluster prod: sampling topic fresh (1 partition) from now on"),
                      ("WARNING", warnings[0])]
+
+
+def test_a_partition_wider_than_the_contract_is_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka sets no bound on a partition's replicas; a sample holds MAX_REPLICAS, and the job quarantines a wider
+    one: the collector says so once per partition, beside the samples it still publishes."""
+    sampler = ClusterSampler(ClusterConfig(name="prod", bootstrap_servers=["127.0.0.1:9092"]), CollectorConfig(),
+                             "c1", client_factory=lambda *a, **kw: None)
+    wide = meta("wide", 1, 1, list(range(1, MAX_REPLICAS + 2)))
+    fits = meta("wide", 0, 1, list(range(1, MAX_REPLICAS + 1)))
+    with caplog.at_level("WARNING", logger="collectors.protocol.sampler"):
+        first = sampler._note_too_wide([fits, wide])
+        assert sampler._note_too_wide([fits, wide]) == []
+    assert first == [f"cluster prod: partition wide-1 has {MAX_REPLICAS + 1} replicas, more than the {MAX_REPLICAS} "
+                     "a sample holds: the streaming job quarantines its samples (bad_length:replicas)"]
+    assert [r.getMessage() for r in caplog.records] == first
 
 
 def test_a_bad_pattern_is_one_clear_error() -> None:

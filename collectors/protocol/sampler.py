@@ -31,7 +31,7 @@ from collectors.protocol.assemble import (
 from collectors.protocol.client import Call, ClusterClient, Outcome, Pending
 from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log_start
 from collectors.protocol.topics import TopicSelector, topic_changes
-from replmon.contracts.samples import CycleSample, EpochEntry, Sample
+from replmon.contracts.samples import MAX_REPLICAS, CycleSample, EpochEntry, Sample
 from replmon.core.config import ClusterConfig, CollectorConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.gcpause import paused as gc_paused
@@ -102,6 +102,8 @@ class ClusterSampler:
         self._cycle_deadline = 0.0
         self.watched: dict[str, int] | None = None
         """The topics the last cycle sampled, with their partitions (None before the first cycle)."""
+        self._too_wide: set[tuple[str, int]] = set()
+        """The partitions reported for more replicas than the samples' contract holds."""
 
     def _count(self, label: str, broker: int) -> None:
         self._requests += 1
@@ -146,7 +148,7 @@ class ClusterSampler:
             log.warning(warning)
         wanted = {t.name for t in topics if self.selector.wants(t.name, t.internal)}  # per topic, not partition
         selected = [m for m in metas if m.topic in wanted]
-        warnings += self._note_topics(selected)
+        warnings += self._note_topics(selected) + self._note_too_wide(selected)
         leads, hosts = rq.group_by_broker(selected)
         if any(not self.client.knows_broker(broker) for broker in hosts):
             # a broker back from the dead is in the partitions' replicas before it is in the client's
@@ -203,6 +205,19 @@ class ClusterSampler:
         return CycleResult(samples, cycle_sample, lineage_updates=len(lineages), warnings=warnings)
 
     # ------------------------------------------------------------------ steps
+    def _note_too_wide(self, selected: list[rq.PartitionMeta]) -> list[str]:
+        """A warning, once per partition, for a partition of more replicas than the samples' contract holds
+        (:data:`~replmon.contracts.samples.MAX_REPLICAS`, which Kafka allows): the job quarantines its samples
+        (``bad_length:replicas``) rather than widen a whole bucket's replica matrices for it."""
+        wide = [m for m in selected if len(m.replicas) > MAX_REPLICAS and (m.topic, m.partition) not in self._too_wide]
+        warnings = [f"cluster {self.cluster.name}: partition {m.topic}-{m.partition} has {len(m.replicas)} replicas, "
+                    f"more than the {MAX_REPLICAS} a sample holds: the streaming job quarantines its samples "
+                    "(bad_length:replicas)" for m in wide]
+        for m, warning in zip(wide, warnings, strict=True):
+            self._too_wide.add((m.topic, m.partition))
+            log.warning(warning)
+        return warnings
+
     def _note_topics(self, selected: list[rq.PartitionMeta]) -> list[str]:
         """Logs the topics the sampler starts or stops sampling; returns the warnings among those lines. A topic
         leaves the selection only by leaving the metadata (the selection is fixed while the collector runs): it was
