@@ -167,12 +167,19 @@ def _checks(array: pa.Array, plan: _Plan) -> Masks:
 
 def entry_reasons(table: pa.Table) -> list[str | None]:
     """Each entry's first failed check of the entry model (``None`` when valid)."""
+    return list(_reasons(table).tolist())
+
+
+def _reasons(table: pa.Table) -> np.ndarray:
+    """:func:`entry_reasons` as an object array."""
     reasons: np.ndarray = np.full(table.num_rows, None, object)
+    failed = np.zeros(table.num_rows, bool)
     for key, plan in PLANS:
         for bad, reason in _checks(table.column(key).combine_chunks(), plan):
             if bad.any():
-                reasons[bad & (reasons == None)] = reason  # noqa: E711 (elementwise)
-    return list(reasons.tolist())
+                reasons[bad & ~failed] = reason
+                failed |= bad
+    return reasons
 
 
 def _strings(array: pa.Array | pa.ChunkedArray) -> list[Any]:
@@ -186,14 +193,80 @@ def bucket_of(key: str, bucket_ids: Sequence[int]) -> int:
     return bucket_ids[(digest - 2**64 if digest >= 2**63 else digest) % len(bucket_ids)]
 
 
-def buckets_of(table: pa.Table, buckets: int) -> np.ndarray:
-    """The state bucket (0..buckets-1) of each entry: Spark's ``pmod(xxhash64(key), buckets)`` of its key."""
-    clusters = _strings(table.column("cluster"))
-    topics = _strings(table.column("topic"))
-    partitions = _strings(table.column("partition"))
-    hashes = np.fromiter((xxhash.xxh64_intdigest(f"{c}/{t}/{p}".encode(), SEED)
-                          for c, t, p in zip(clusters, topics, partitions, strict=True)), np.uint64, len(clusters))
-    return np.mod(hashes.view(np.int64), buckets)
+def _key_hashes(keys: Sequence[str]) -> np.ndarray:
+    """Spark's ``xxhash64`` of each key (its UTF-8 bytes), as signed 64-bit integers."""
+    return np.fromiter((xxhash.xxh64_intdigest(key.encode(), SEED) for key in keys), np.uint64,
+                       len(keys)).view(np.int64)
+
+
+class KeyHashes:
+    """The hashes of partition keys (``cluster/topic/partition``) per topic, by partition number, made once in a
+    worker's life: a collector samples the same partitions every cycle, and hashing each entry's key in Python was
+    ~40% of a read task's split (the same partitions' keys formatted, encoded and hashed every micro-batch). A
+    topic's array covers its partitions up to the highest seen; the cache starts again past MAX_CACHED_KEYS keys
+    (32 MB of hashes, a fleet of 1,000,000 partitions with room to grow)."""
+
+    MAX_CACHED_PARTITION = 1 << 16
+    """A partition number at or past this is hashed as its key is written, each time (a hostile one would
+    otherwise make its topic's array that long)."""
+    MAX_CACHED_KEYS = 1 << 22
+
+    def __init__(self) -> None:
+        self.by_topic: dict[str, np.ndarray] = {}
+        self.keys = 0
+
+    def of(self, prefix: str, partitions: np.ndarray) -> np.ndarray:
+        """The hashes of ``prefix/partition`` for ``partitions`` (each ``>= 0``, below MAX_CACHED_PARTITION)."""
+        known = self.by_topic.get(prefix)
+        upto = int(partitions.max()) + 1
+        if known is None or len(known) < upto:
+            have = 0 if known is None else len(known)
+            upto = max(upto, 2 * have)  # a growing topic is hashed again a few times, not every micro-batch
+            if self.keys + upto - have > self.MAX_CACHED_KEYS:
+                self.by_topic.clear()
+                self.keys = have = 0
+                known = None
+            more = _key_hashes([f"{prefix}/{p}" for p in range(have, upto)])
+            known = more if known is None else np.concatenate([known, more])
+            self.by_topic[prefix] = known
+            self.keys += len(more)
+        return known[partitions]
+
+
+KEY_HASHES = KeyHashes()
+"""The worker's hashes of the partition keys it has split (:func:`buckets_of`)."""
+
+
+def buckets_of(table: pa.Table, buckets: int, hashes: KeyHashes = KEY_HASHES) -> np.ndarray:
+    """The state bucket (0..buckets-1) of each entry: Spark's ``pmod(xxhash64(key), buckets)`` of its key
+    ``cluster/topic/partition``. The hashes of a topic's usual partition numbers come from ``hashes``; any other
+    key (a partition number past its bound, none) is hashed as it is written."""
+    n = table.num_rows
+    partition = table.column("partition")
+    numbers = _numpy(partition, -1)
+    cached = (numbers >= 0) & (numbers < hashes.MAX_CACHED_PARTITION)
+    out = np.empty(n, np.int64)
+    prefixes = pc.binary_join_element_wise(table.column("cluster"), table.column("topic"), "/").combine_chunks()
+    encoded = prefixes.dictionary_encode()
+    codes = _numpy(encoded.indices, -1)
+    names = encoded.dictionary.to_pylist()
+    cached &= codes >= 0  # a null cluster or topic: its key as it is written
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    starts = np.searchsorted(sorted_codes, np.arange(len(names)))
+    ends = np.searchsorted(sorted_codes, np.arange(len(names)), side="right")
+    for code, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+        rows = order[start:end]
+        rows = rows[cached[rows]]
+        if len(rows):
+            out[rows] = hashes.of(names[code], numbers[rows])
+    rest = np.flatnonzero(~cached)
+    if len(rest):
+        taken = table.take(pa.array(rest))
+        out[rest] = _key_hashes([f"{c}/{t}/{p}" for c, t, p in zip(
+            _strings(taken.column("cluster")), _strings(taken.column("topic")), _strings(taken.column("partition")),
+            strict=True)])
+    return np.mod(out, buckets)
 
 
 def entry_json(table: pa.Table, row: int) -> str:
@@ -239,8 +312,8 @@ def _valid_records(values: Sequence[bytes]) -> tuple[pa.Table | None, list[tuple
     if not tables:
         return None, quarantined
     whole = pa.concat_tables(tables).combine_chunks() if len(tables) > 1 else tables[0]
-    reasons = entry_reasons(whole)
-    bad = [row for row, reason in enumerate(reasons) if reason is not None]
+    reasons = _reasons(whole)
+    bad = np.flatnonzero(reasons != None).tolist()  # noqa: E711 (elementwise)
     if bad:
         record_of = np.repeat(np.asarray(owners), [t.num_rows for t in tables])
         quarantined += [(int(record_of[row]), str(reasons[row]), entry_json(whole, row)) for row in bad]

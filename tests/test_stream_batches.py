@@ -46,6 +46,7 @@ from streaming.batches import (
     MALFORMED_BATCH,
     OVERSIZED_BATCH,
     QUARANTINED,
+    KeyHashes,
     bucket_of,
     buckets_of,
     entry_reasons,
@@ -306,11 +307,32 @@ def test_entries_go_to_the_bucket_spark_hashes_their_key_to(spark: SparkSession)
                for c in ("prod", "clüster-ß")]
     table = read_batch(encode_batch(written))
     keys = spark.createDataFrame([(f"{s.cluster}/{s.topic}/{s.partition}",) for s in written], ["key"])
+    hashes = KeyHashes()
     for buckets in (1, 7, 32, 256):
         expected = [r[0] for r in keys.select(F.pmod(F.xxhash64("key"), F.lit(buckets))).collect()]
-        assert buckets_of(table, buckets).tolist() == expected
+        assert buckets_of(table, buckets, hashes).tolist() == expected  # the hashes made, then kept
         # a JSON record's key, hashed alone (streaming.parse), the same
         assert [bucket_of(f"{s.cluster}/{s.topic}/{s.partition}", range(buckets)) for s in written] == expected
+
+
+def test_kept_key_hashes_are_the_keys_hashed_as_written() -> None:
+    """A worker keeps each topic's partition key hashes (KeyHashes); whatever it holds, grows or drops, every
+    entry's bucket is its key's, hashed as it is written (bucket_of, which the Spark test above checks)."""
+
+    class Small(KeyHashes):
+        MAX_CACHED_PARTITION = 50
+        MAX_CACHED_KEYS = 120
+
+    hashes = Small()
+    rounds = [[("a", p) for p in range(5)], [("a", p) for p in (3, 40, 7)] + [("b", 49), ("b", 50), ("b", 2**31 - 1)],
+              [("c", p) for p in range(45)] + [("a", 1)], [("d", 0), ("a", 44)]]
+    for asked in rounds:
+        written = [sample(p, topic=t) for t, p in asked]
+        expected = [bucket_of(f"{s.cluster}/{s.topic}/{s.partition}", range(13)) for s in written]
+        assert buckets_of(read_batch(encode_batch(written)), 13, hashes).tolist() == expected
+        assert hashes.keys == sum(len(h) for h in hashes.by_topic.values()) <= Small.MAX_CACHED_KEYS
+    # past 120 keys it started again in the third round: "b" gone, "a" hashed again as far as it was asked
+    assert {topic: len(h) for topic, h in hashes.by_topic.items()} == {"prod/c": 45, "prod/a": 45, "prod/d": 1}
 
 
 def test_the_processor_input_holds_each_batch_split_by_bucket_beside_the_json_records(spark: SparkSession) -> None:
