@@ -189,7 +189,7 @@ class ReplicaSample(_Record):
     log_start_offset: Offset | None = None
     """The replica's log start offset (log-start-offset-checkpoint)."""
     epoch_lineage: Annotated[list[EpochEntry], Field(max_length=MAX_LINEAGE)] = []
-    """The replica's leader-epoch-checkpoint: leader epoch -> start offset; its newest :data:`MAX_LINEAGE` entries
+    """The replica's leader-epoch-checkpoint: leader epoch -> start offset; its newest 1,000 entries (MAX_LINEAGE)
     when the file holds more (the detection compares lineages only where both cover the log, as after retention
     dropped the oldest entries)."""
     last_batch_leader_epoch: Epoch | None = None
