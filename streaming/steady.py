@@ -382,6 +382,11 @@ SAMPLE_VALUES = ("sample_time_ms", "cycle", "leader", "leader_epoch", "fingerpri
                  "log_start_offset", "lineage_sampled", "lineage_fingerprint")
 
 
+def _every_in_order(picks: Ints, count: int) -> bool:
+    """Whether ``picks`` are the places 0..count-1 in order: a take of them is what it takes from."""
+    return len(picks) == count and bool(np.array_equal(picks, np.arange(count)))
+
+
 @dataclass
 class SampleColumns:
     """The samples of a micro-batch that may be steady (each the only record of its partition, its partition
@@ -406,7 +411,7 @@ class SampleColumns:
 
     def take(self, picks: Ints) -> SampleColumns:
         """The samples at ``picks`` (places in these columns), in that order."""
-        if len(picks) == len(self.rows) and np.array_equal(picks, np.arange(len(picks))):
+        if _every_in_order(picks, len(self.rows)):
             return self
         return SampleColumns(self.rows[picks], {name: values[picks] for name, values in self.values.items()},
                              self.log_end_offsets[picks], self.lists, self.at[picks], self.list_at[picks])
@@ -432,8 +437,7 @@ class SteadyBatch:
     @property
     def lists(self) -> dict[str, pa.Array]:
         """The rows' membership lists, in their order."""
-        if all(len(lists) == len(self.at) for lists in self.source.values()) \
-                and np.array_equal(self.at, np.arange(len(self.at))):
+        if all(_every_in_order(self.at, len(lists)) for lists in self.source.values()):
             return self.source
         taken = pa.array(self.at, pa.int64())
         return {name: lists.take(taken) for name, lists in self.source.items()}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -223,9 +224,7 @@ class ClusterSampler:
         leaves the selection only by leaving the metadata (the selection is fixed while the collector runs): it was
         deleted, or the collector's user lost DESCRIBE on it. The streaming job forgets its partitions after
         ``stream.forget_after_s`` (PARTITION_FORGOTTEN); this line says why, on the collector's side."""
-        now: dict[str, int] = {}
-        for m in selected:
-            now[m.topic] = now.get(m.topic, 0) + 1
+        now = dict(Counter(m.topic for m in selected))
         before, self.watched = self.watched, now
         name = self.cluster.name
         if before is None:
