@@ -315,6 +315,11 @@ def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
     tls_line = next(line for line in lines if "cluster tls:" in line)
     assert "TLS handshake" in tls_line and "security.protocol" in tls_line, tls_line
     assert "no-such-topic" in done.stderr and "matches no topic" in done.stderr
+    # what the good cluster's first cycle samples, shown at the collector's default level (Kafka's metadata says
+    # how many partitions the topic has)
+    partitions = view.partition_count(topic_name)
+    expected = f"replmon: cluster good: sampling 1 topic, {partitions} partition{'' if partitions == 1 else 's'}"
+    assert expected in lines, lines
     assert "hunter2" not in done.stderr + done.stdout
     samples = [parse_sample(line) for line in done.stdout.splitlines()]
     assert [s.topic for s in samples if isinstance(s, PartitionSample)] == [topic_name]

@@ -228,7 +228,8 @@ class ClusterSampler:
         before, self.watched = self.watched, now
         name = self.cluster.name
         if before is None:
-            log.info("cluster %s: sampling %d topics, %d partitions", name, len(now), len(selected))
+            topics = f"{len(now)} topic" if len(now) == 1 else f"{len(now)} topics"
+            log.info("cluster %s: sampling %s, %s", name, topics, _partitions(len(selected)))
             return []
         changes = topic_changes(before, now)
         for topic, partitions in changes.appeared.items():

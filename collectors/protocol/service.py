@@ -16,15 +16,23 @@ from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.security import Role, check_access
 
+OUR_LOGGERS = ("collectors", "replmon")
+"""The collector's own loggers: their INFO lines (what a cluster's first cycle found to sample, a topic that appeared
+or grew) are few, one per change, and shown by default, as an operator starting a collector expects to see what it
+watches."""
+
 
 def configure_logging() -> None:
-    """Our messages as one line each on stderr; kafka-python's own chatter only with REPLMON_DEBUG=1."""
+    """Our messages as one line each on stderr, INFO and above; other libraries' warnings; kafka-python's own
+    chatter only with REPLMON_DEBUG=1 (then everything, DEBUG included)."""
     debug = os.environ.get("REPLMON_DEBUG", "") not in ("", "0")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("replmon: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if debug else logging.WARNING)
+    for name in OUR_LOGGERS:
+        logging.getLogger(name).setLevel(logging.DEBUG if debug else logging.INFO)
     logging.getLogger("kafka").setLevel(logging.DEBUG if debug else logging.CRITICAL)
 
 
