@@ -31,6 +31,7 @@ from replmon.contracts.batches import (
     write_stream,
 )
 from replmon.contracts.fields import annotated, json_name, unwrap
+from streaming.json_chars import json_chars
 from streaming.schema import (
     BAD_LENGTH,
     MISSING_FIELD,
@@ -269,42 +270,47 @@ def buckets_of(table: pa.Table, buckets: int, hashes: KeyHashes = KEY_HASHES) ->
     return np.mod(out, buckets)
 
 
-def entry_json(table: pa.Table, row: int) -> str:
-    """One entry as the JSON record a collector would have written (for the quarantine). A list of more items than
-    the quarantine keeps characters is written with that many, its first (each item is at least two characters:
-    the text the quarantine keeps is the same); a bad entry's list may hold millions (a lineage in a batch record
-    of LZ4 frames: 1,000,000 items, 3 s and ~250 MB of the read task to write whole)."""
+def entry_json(table: pa.Table, row: int) -> tuple[str, int]:
+    """One entry as the JSON record a collector would have written (for the quarantine), and that JSON's whole length
+    in characters. A list of more items than the quarantine keeps characters is written with that many, its first
+    (each item is at least two characters: the text the quarantine keeps is the same); a bad entry's list may hold
+    millions (a lineage in a batch record of LZ4 frames: 1,000,000 items, 3 s and ~250 MB of the read task to write
+    whole). The length counts such a list whole, without writing it (:func:`streaming.json_chars.json_chars`)."""
     one = table.slice(row, 1)
+    cut = 0  # characters of the lists' items left out
     for i, field in enumerate(one.schema):
         if pa.types.is_list(field.type):
             column = one.column(i).combine_chunks()
             if (pc.max(pc.list_value_length(column)).as_py() or 0) > QUARANTINE_VALUE_MAX_CHARS:
-                one = one.set_column(i, field, pc.list_slice(column, 0, QUARANTINE_VALUE_MAX_CHARS,
-                                                             return_fixed_size_list=False))
+                kept = pc.list_slice(column, 0, QUARANTINE_VALUE_MAX_CHARS, return_fixed_size_list=False)
+                cut += int(json_chars(column)[0] - json_chars(kept)[0])
+                one = one.set_column(i, field, kept)
     entry = {"schema": "partition/v1", **one.to_pylist()[0]}
-    return json.dumps(entry, separators=(",", ":"))
+    text = json.dumps(entry, separators=(",", ":"))
+    return text, len(text) + cut
 
 
-def _valid_entries(value: bytes) -> tuple[pa.Table | None, list[tuple[str, str]]]:
-    """A batch record's valid entries (None for none), and ``(reason, entry JSON)`` per entry it quarantines (the
-    whole record: one, with an empty entry)."""
+def _valid_entries(value: bytes) -> tuple[pa.Table | None, list[tuple[str, str, int]]]:
+    """A batch record's valid entries (None for none), and ``(reason, entry JSON, its whole length)`` per entry it
+    quarantines (the whole record: one, with an empty entry of length 0)."""
     table, quarantined = _valid_records([value])
-    return table, [(reason, entry) for _, reason, entry in quarantined]
+    return table, [(reason, entry, chars) for _, reason, entry, chars in quarantined]
 
 
-def _valid_records(values: Sequence[bytes]) -> tuple[pa.Table | None, list[tuple[int, str, str]]]:
+def _valid_records(values: Sequence[bytes]) -> tuple[pa.Table | None, list[tuple[int, str, str, int]]]:
     """The valid entries of batch records, in one table (None when no record has any), and ``(record index,
-    reason, entry JSON)`` per entry or whole record (with an empty entry) quarantined, in the records' order. The
+    reason, entry JSON, its whole length)`` per entry or whole record (with an empty entry of length 0)
+    quarantined, in the records' order (:func:`entry_json`: the JSON's long lists cut, the length whole). The
     entries of all the records are checked at once: a check costs ~2.5 ms per call whatever the entries, and a
     collector's cycle of a small cluster is up to 16 records of a few entries each (BATCH_GROUPS)."""
     tables: list[pa.Table] = []
     owners: list[int] = []
-    quarantined: list[tuple[int, str, str]] = []
+    quarantined: list[tuple[int, str, str, int]] = []
     for index, value in enumerate(values):
         try:
             table = read_batch(value)
         except BatchError as exc:
-            quarantined.append((index, str(exc), ""))
+            quarantined.append((index, str(exc), "", 0))
             continue
         if table.num_rows:
             tables.append(table)
@@ -316,7 +322,7 @@ def _valid_records(values: Sequence[bytes]) -> tuple[pa.Table | None, list[tuple
     bad = np.flatnonzero(reasons != None).tolist()  # noqa: E711 (elementwise)
     if bad:
         record_of = np.repeat(np.asarray(owners), [t.num_rows for t in tables])
-        quarantined += [(int(record_of[row]), str(reasons[row]), entry_json(whole, row)) for row in bad]
+        quarantined += [(int(record_of[row]), str(reasons[row]), *entry_json(whole, row)) for row in bad]
         quarantined.sort(key=lambda q: q[0])  # stable: a record's entries keep their order
         keep = np.ones(whole.num_rows, bool)
         keep[bad] = False
@@ -339,25 +345,26 @@ def _by_bucket(table: pa.Table, bucket_ids: Sequence[int]) -> dict[int, pa.Table
             for start, end in zip(starts.tolist(), ends.tolist(), strict=True)}
 
 
-def split_batch(value: bytes, bucket_ids: Sequence[int]) -> tuple[dict[int, pa.Table], list[tuple[str, str]]]:
-    """A batch record's valid entries by bucket id, and ``(reason, entry JSON)`` per entry it quarantines (the
-    whole record: one, with an empty entry)."""
+def split_batch(value: bytes, bucket_ids: Sequence[int]
+                ) -> tuple[dict[int, pa.Table], list[tuple[str, str, int]]]:
+    """A batch record's valid entries by bucket id, and ``(reason, entry JSON, its whole length)`` per entry it
+    quarantines (the whole record: one, with an empty entry of length 0)."""
     table, quarantined = _valid_entries(value)
     return ({} if table is None else _by_bucket(table, bucket_ids)), quarantined
 
 
 def split_records(values: Sequence[bytes], bucket_ids: Sequence[int]
-                  ) -> tuple[dict[int, bytes], list[tuple[int, str, str]]]:
+                  ) -> tuple[dict[int, bytes], list[tuple[int, str, str, int]]]:
     """Batch records split by bucket: one IPC stream per bucket with its entries of all the records, in the
     records' order (a bucket then reads one stream per task, not one per record), LZ4-compressed
-    (:data:`~replmon.contracts.batches.COMPRESSED`), and ``(record index, reason, entry JSON)`` per quarantined
-    entry or record."""
+    (:data:`~replmon.contracts.batches.COMPRESSED`), and ``(record index, reason, entry JSON, its whole length)``
+    per quarantined entry or record (:func:`_valid_records`)."""
     shares, quarantined, _ = split_task_records(values, bucket_ids)
     return shares, quarantined
 
 
 def split_task_records(values: Sequence[bytes], bucket_ids: Sequence[int]
-                       ) -> tuple[dict[int, bytes], list[tuple[int, str, str]], list[str]]:
+                       ) -> tuple[dict[int, bytes], list[tuple[int, str, str, int]], list[str]]:
     """:func:`split_records`, and the clusters the valid entries are samples of."""
     table, quarantined = _valid_records(values)
     if table is None:

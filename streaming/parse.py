@@ -162,7 +162,7 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
         reason, sample = judge(value)
         if sample is None:
             raw = None if value is None else value.decode(errors="replace")
-            return quarantine(str(reason), partition, offset, raw, key)
+            return quarantine(str(reason), partition, offset, raw, None if raw is None else len(raw), key)
         kind = KINDS.get(type(sample))
         if kind is None:
             return None
@@ -171,10 +171,12 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
         time_ms, cycle = _order(sample)
         return bucket_of(_key(sample), ids), kind, to_json(sample).decode(), time_ms, cycle, None
 
-    def quarantine(reason: str, partition: int, offset: int, raw: str | None, key: bytes | None) -> tuple[Any, ...]:
+    def quarantine(reason: str, partition: int, offset: int, raw: str | None, chars: int | None, key: bytes | None
+                   ) -> tuple[Any, ...]:
+        """``raw``: the value as the quarantine shows it, or its start; ``chars``: the whole value's length."""
         raw_chars = None
-        if raw is not None and len(raw) > QUARANTINE_VALUE_MAX_CHARS:
-            raw, raw_chars = raw[:QUARANTINE_VALUE_MAX_CHARS], len(raw)
+        if raw is not None and chars is not None and (chars > len(raw) or len(raw) > QUARANTINE_VALUE_MAX_CHARS):
+            raw, raw_chars = raw[:QUARANTINE_VALUE_MAX_CHARS], chars
         kept = json.dumps({"reason": reason, "partition": partition, "offset": offset, "raw": raw,
                            "raw_chars": raw_chars, "key": None if key is None else base64.b64encode(key).decode()})
         return ids[partition % len(ids)], QUARANTINED, kept, None, None, None  # any bucket: spread by partition
@@ -199,10 +201,13 @@ def read_records(bucket_ids: Sequence[int]) -> Callable[[Iterable[pa.RecordBatch
             shares, quarantined, sampled = split_task_records(values, ids)
             clusters.update(sampled)
             rows = [(bucket_id, BATCH, None, None, None, share) for bucket_id, share in shares.items()]
-            for index, reason, entry in quarantined:
+            for index, reason, entry, chars in quarantined:
                 partition, offset, key = wheres[index]
-                raw = entry or base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode()
-                rows.append(quarantine(reason, partition, offset, raw, key))
+                if not entry:  # a whole record: its bytes' start in base64, and the whole record's base64 length
+                    whole = len(values[index])
+                    entry, chars = base64.b64encode(values[index][:QUARANTINE_VALUE_MAX_BYTES]).decode(), \
+                        4 * ((whole + 2) // 3)
+                rows.append(quarantine(reason, partition, offset, entry, chars, key))
         if clusters:  # every bucket hears which clusters are sampled, also one without any of their samples
             heard = json.dumps(sorted(clusters))
             rows += [(bucket_id, HEARD, heard, None, None, None) for bucket_id in ids]

@@ -84,9 +84,10 @@ def quarantine_record(reason: str, partition: int, offset: int, raw: str | None,
     :data:`streaming.parse.QUARANTINE_FIELDS`). The cut keeps a sample near the samples topic's max.message.bytes
     from making a quarantine record beyond the producer's or the topic's limit."""
     chars = raw_chars if raw_chars is not None or raw is None else len(raw)
+    value = raw if raw is None else raw[:max_chars]
     record: dict[str, Any] = {"reason": reason, "source_partition": partition, "source_offset": offset,
-                              "value": raw if raw is None else raw[:max_chars]}
-    if chars is not None and chars > max_chars:
+                              "value": value}
+    if chars is not None and value is not None and chars > len(value):
         record["value_truncated"] = True
         record["value_chars"] = chars
     return json.dumps(record).encode()

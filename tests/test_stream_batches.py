@@ -114,9 +114,10 @@ def test_a_bad_entry_is_quarantined_alone_with_the_reason_the_json_path_gives() 
                                     "bad_length:topic", "out_of_range:high_watermark", "bad_length:replicas",
                                     "bad_length:topic_id", "bad_length:epoch_lineage", None, None, None, None]
     shares, quarantined = split_batch(encode_batch([good[0], *bad, *good[1:]]), list(range(4)))
-    assert [reason for reason, _ in quarantined] == entry_reasons(table)[1:11]
+    assert [reason for reason, _, _ in quarantined] == entry_reasons(table)[1:11]
     # the entry as the quarantine keeps it, a JSON record, gets the same reason from the models
-    assert [judge(entry.encode()).reason for _, entry in quarantined] == entry_reasons(table)[1:11]
+    assert [judge(entry.encode()).reason for _, entry, _ in quarantined] == entry_reasons(table)[1:11]
+    assert [chars for _, _, chars in quarantined] == [len(entry) for _, entry, _ in quarantined]  # none cut
     widest = sample(0, replicas=list(range(1, MAX_REPLICAS + 1)))  # a replica set at the bound is read
     assert entry_reasons(read_batch(encode_batch([widest]))) == [None]
     assert json.loads(quarantined[0][1])["partition"] == -1 and json.loads(quarantined[0][1])["schema"] == \
@@ -132,9 +133,10 @@ def test_a_bad_entry_s_long_list_is_written_for_the_quarantine_as_far_as_it_keep
     long = invalid(epoch_lineage=[EpochEntry(leader_epoch=0, start_offset=0)] * 200_000)
     value = encode_batch([sample(1), long])
     shares, quarantined = split_batch(value, [0])
-    ((reason, written),) = quarantined
+    ((reason, written, chars),) = quarantined
     whole = to_json(long).decode()
     assert reason == "bad_length:epoch_lineage" and len(whole) > len(written) > QUARANTINE_VALUE_MAX_CHARS
+    assert chars == len(whole)  # the whole JSON's length, its list counted whole
     assert written[:QUARANTINE_VALUE_MAX_CHARS] == whole[:QUARANTINE_VALUE_MAX_CHARS]
     assert json.loads(written)["epoch_lineage"] == [{"leader_epoch": 0, "start_offset": 0}] * QUARANTINE_VALUE_MAX_CHARS
     assert [e["partition"] for e in entries(shares[0])] == [1]
@@ -155,9 +157,9 @@ def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> N
                                            .replace_schema_metadata(meta)),
     }
     for reason, bad in cases.items():
-        assert split_batch(bad, [0, 1]) == ({}, [(reason, "")]), reason
+        assert split_batch(bad, [0, 1]) == ({}, [(reason, "", 0)]), reason
     shares, quarantined = split_records([value, cases[MALFORMED_BATCH], value], [4, 9])
-    assert quarantined == [(1, MALFORMED_BATCH, "")]  # the record's index among those split
+    assert quarantined == [(1, MALFORMED_BATCH, "", 0)]  # the record's index among those split
     assert {bucket: [e["partition"] for e in entries(read_batch(share))] for bucket, share in shares.items()} == {
         bucket: [p for p in (0, 1, 2, 0, 1, 2) if [4, 9][buckets_of(table, 2)[p]] == bucket] for bucket in shares}
 
@@ -172,11 +174,11 @@ def test_a_damaged_record_that_arrow_s_reader_takes_is_quarantined_whole() -> No
     backwards, overstated = offsets_backwards(value), items_overstated(value, 900)  # 3 replicas an entry
     for damaged in (backwards, overstated):
         pa.ipc.open_stream(damaged).read_all()  # Arrow's reader takes it as it is
-        assert split_batch(damaged, [0, 1]) == ({}, [(MALFORMED_BATCH, "")])
+        assert split_batch(damaged, [0, 1]) == ({}, [(MALFORMED_BATCH, "", 0)])
         with pytest.raises(pa.ArrowInvalid):  # the tools' reading of a batch (the ground truth's, in the tests)
             decode_batch(damaged)
     shares, quarantined = split_records([value, backwards, overstated, value], [0])
-    assert [(index, reason) for index, reason, _ in quarantined] == [(1, MALFORMED_BATCH), (2, MALFORMED_BATCH)]
+    assert [(index, reason) for index, reason, _, _ in quarantined] == [(1, MALFORMED_BATCH), (2, MALFORMED_BATCH)]
     assert read_batch(shares[0]).num_rows == 600
 
 
@@ -197,8 +199,8 @@ def test_a_task_s_records_checked_together_give_each_record_s_own_outcome() -> N
     shares, quarantined = split_records(values, ids)
 
     alone = [split_batch(value, ids) for value in values]
-    assert quarantined == [(index, reason, entry) for index, (_, bad) in enumerate(alone) for reason, entry in bad]
-    assert [(i, reason) for i, reason, _ in quarantined] == [
+    assert quarantined == [(index, *each) for index, (_, bad) in enumerate(alone) for each in bad]
+    assert [(i, reason) for i, reason, _, _ in quarantined] == [
         (1, "out_of_range:partition"), (1, "out_of_range:isr[]"), (2, MALFORMED_BATCH), (4, "bad_length:cluster"),
         (5, "missing_field:leader")]
     expected: dict[int, list[dict[str, Any]]] = {}
@@ -235,7 +237,7 @@ def test_a_batch_record_travels_lz4_compressed_and_records_written_uncompressed_
 
 def test_an_oversized_batch_is_quarantined(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 10)
-    assert split_batch(encode_batch([sample(p) for p in range(11)]), [0]) == ({}, [(OVERSIZED_BATCH, "")])
+    assert split_batch(encode_batch([sample(p) for p in range(11)]), [0]) == ({}, [(OVERSIZED_BATCH, "", 0)])
     shares, quarantined = split_batch(encode_batch([sample(p) for p in range(10)]), [0])
     assert list(shares) == [0] and shares[0].num_rows == 10 and quarantined == []
 
@@ -274,16 +276,16 @@ def test_a_record_that_would_decompress_past_the_bound_is_quarantined_without_be
     monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 2)
     with monkeypatch.context() as m:
         m.setattr(pa.ipc, "open_stream", lambda *_: pytest.fail("a stream past the bounds was decompressed"))
-        assert split_batch(bomb, [0]) == ({}, [(OVERSIZED_BATCH, "")])
-        assert split_batch(value, [0]) == ({}, [(OVERSIZED_BATCH, "")])  # 3 entries
+        assert split_batch(bomb, [0]) == ({}, [(OVERSIZED_BATCH, "", 0)])
+        assert split_batch(value, [0]) == ({}, [(OVERSIZED_BATCH, "", 0)])  # 3 entries
         with pytest.raises(StreamTooLarge):  # the tools' reading too
             decode_batch(bomb)
     monkeypatch.setattr(batches, "MAX_BATCH_ENTRIES", 3)
     shares, quarantined = split_records([value, bomb, value], [0])
-    assert [(index, reason) for index, reason, _ in quarantined] == [(1, OVERSIZED_BATCH)]
+    assert [(index, reason) for index, reason, _, _ in quarantined] == [(1, OVERSIZED_BATCH)]
     assert read_stream(shares[0]).num_rows == 6
     under = inflated(value, MAX_STREAM_BYTES // 2)  # within the bound: read, its one entry refused alone
-    assert [reason for reason, _ in split_batch(under, [0])[1]] == ["bad_length:topic"]
+    assert [reason for reason, _, _ in split_batch(under, [0])[1]] == ["bad_length:topic"]
 
 
 RECORD = encode_batch([sample(p) for p in range(5)])

@@ -3,6 +3,7 @@ reason of each kind of bad record), and the processor's input built from Kafka r
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql.types import BinaryType, IntegerType, LongType, StructField, StructType
 
-from replmon.contracts.batches import encode_batch
+from replmon.contracts.batches import IPC_MARKER, encode_batch
 from replmon.contracts.events import Event
 from replmon.contracts.samples import (
     SAMPLE_MODELS,
@@ -22,7 +23,7 @@ from replmon.contracts.samples import (
     to_json,
 )
 from streaming import schema
-from streaming.batches import HEARD
+from streaming.batches import HEARD, MALFORMED_BATCH
 from streaming.parse import judge, processor_input, quarantined_records
 from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from streaming.sinks import quarantine_record
@@ -202,23 +203,32 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
 
 
 def test_the_quarantine_keeps_the_start_of_a_long_value_where_it_is_read(spark: SparkSession) -> None:
-    """A bad JSON record near max.message.bytes, and a batch record's bad entry of up to what the record decompresses
-    to: each carried on as its first QUARANTINE_VALUE_MAX_CHARS characters and its whole length, not whole through
-    the JVM and the driver; the quarantine record tells that length."""
+    """A bad JSON record near max.message.bytes, a batch record's bad entry of up to what the record decompresses
+    to (a long string; lists of more items than the quarantine keeps characters, written with that many), and a
+    batch record that cannot be read, longer than the quarantine keeps of it: each carried on as its first
+    QUARANTINE_VALUE_MAX_CHARS characters (the record's bytes in base64) and its whole length, not whole through
+    the JVM and the driver; the quarantine record tells that length, which the whole value written out gives."""
     long_json = json.dumps(partition_sample(topic="t" * 900_000)).encode()
-    entry = PartitionSample.model_construct(**(PartitionSample.model_validate(partition_sample()).__dict__
-                                               | {"topic": "b" * 5_000_000}))
-    taken = rows(spark, [long_json, encode_batch([entry])])
+    valid = PartitionSample.model_validate(partition_sample()).__dict__
+    entry = PartitionSample.model_construct(**(valid | {"topic": "b" * 5_000_000}))
+    lists = PartitionSample.model_construct(**(valid | {  # its lists cut for the quarantine, counted whole
+        "isr": [0, 9, 10, 2**63 - 1, 10**12] * 20_000,
+        "epoch_lineage": [EpochEntry(leader_epoch=e, start_offset=e * 1_000) for e in range(100_000)]}))
+    unreadable = IPC_MARKER + bytes(range(256)) * 189  # 48,388 bytes, the quarantine keeps 48,000 (in base64:
+    # 64,000 characters of 64,520, both fewer than QUARANTINE_VALUE_MAX_CHARS)
+    taken = rows(spark, [long_json, encode_batch([entry]), encode_batch([lists]), unreadable])
     bad = quarantined_records([r["sample"] for r in taken if r["kind"] == "q"]).sort_values("offset")
-    assert bad["reason"].tolist() == [f"{schema.BAD_LENGTH}:topic"] * 2
+    assert bad["reason"].tolist() == [f"{schema.BAD_LENGTH}:topic"] * 2 + [
+        f"{schema.BAD_LENGTH}:isr", MALFORMED_BATCH]
     assert all(len(r["sample"]) < QUARANTINE_VALUE_MAX_CHARS + 1_000 for r in taken)
-    whole = [long_json.decode(), to_json(entry).decode()]
-    assert bad["raw"].tolist() == [w[:QUARANTINE_VALUE_MAX_CHARS] for w in whole]
+    whole = [long_json.decode(), to_json(entry).decode(), to_json(lists).decode(),
+             base64.b64encode(unreadable).decode()]
+    kept = [w[:QUARANTINE_VALUE_MAX_CHARS] for w in whole[:3]] + [whole[3][:64_000]]
+    assert bad["raw"].tolist() == kept
     assert bad["raw_chars"].tolist() == [len(w) for w in whole]
-    for row, w in zip(bad.itertuples(index=False), whole, strict=True):
+    for row, w, start in zip(bad.itertuples(index=False), whole, kept, strict=True):
         record = json.loads(quarantine_record(row.reason, row.partition, row.offset, row.raw, int(row.raw_chars)))
-        assert (record["value"], record["value_truncated"], record["value_chars"]) == (
-            w[:QUARANTINE_VALUE_MAX_CHARS], True, len(w))
+        assert (record["value"], record["value_truncated"], record["value_chars"]) == (start, True, len(w))
     short = json.loads(quarantine_record("malformed_json", 0, 1, "{x"))
     assert short["value"] == "{x" and "value_chars" not in short
 
