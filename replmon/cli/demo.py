@@ -89,6 +89,7 @@ class Demo:
     """The local cluster to use (started when it is not running); None: the one `cluster up` started last."""
     console: Console = field(default_factory=lambda: console)
     started_at: float = field(default_factory=time.monotonic)
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     cluster: LocalCluster | None = None
     cluster_was_running: bool = False
     transport: LocalCluster | None = None
@@ -207,13 +208,26 @@ class Demo:
         assert self.pipeline is not None
         if self.follower is None:
             self.follower = self.pipeline.follow_events(client_id="replmon-demo")
-        for event in self.follower.poll(timeout_ms=500):
-            self.events.append(event)
-            self.print_event(event)
+        self.show_events(self.follower.poll(timeout_ms=500))
         if time.monotonic() - self._metrics_at >= 1.0:
             self._metrics_at = time.monotonic()
             with contextlib.suppress(OSError, ValueError, StageExited):
                 self.metrics = self.pipeline.scrape(timeout_s=3)
+
+    def show_events(self, events: list[dict[str, Any]]) -> None:
+        """Keep ``events`` and print those of this run; of the others, one line saying how many. A log-dir agent
+        publishes the metadata log from its newest snapshot on: a local cluster started before holds its earlier
+        runs' broker fences and unfences, true events of their own times, not this run's."""
+        earlier = 0
+        for event in events:
+            self.events.append(event)
+            if int(event["event_time_ms"]) < self.started_ms:
+                earlier += 1
+            else:
+                self.print_event(event)
+        if earlier:
+            self.say(f"  [dim]{earlier} event(s) dated before this run (the watched cluster's metadata log since its "
+                     "newest snapshot: earlier runs of this cluster), not shown[/]")
 
     def print_event(self, e: dict[str, Any]) -> None:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")
