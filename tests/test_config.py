@@ -83,6 +83,49 @@ def test_environment_overrides_the_file(tmp_path: Path) -> None:
     assert [c.name for c in config.clusters] == ["b"]
 
 
+def test_a_bad_value_from_the_environment_names_its_variable(tmp_path: Path) -> None:
+    """The file does not hold the value: the error says which variable gave it (never the value)."""
+    path = write(tmp_path, "collector: {interval_s: 5}\nclusters: [{name: a, bootstrap_servers: 'h:9092'}]")
+    with pytest.raises(ReplmonError) as info:
+        load_config(path, env={"REPLMON_COLLECTOR__INTERVAL_S": "soon", "REPLMON_STATE_DIR": "/tmp/x",
+                               "REPLMON_TRANSPORT__SECURITY__PASSWORD": "hunter2"})
+    message = str(info.value)
+    assert message.startswith(f"invalid configuration ({path}, environment REPLMON_COLLECTOR__INTERVAL_S, "
+                              "REPLMON_TRANSPORT__SECURITY__PASSWORD): ")
+    assert "collector.interval_s (REPLMON_COLLECTOR__INTERVAL_S): Input should be a valid number" in message
+    assert "soon" not in message and "hunter2" not in message
+    with pytest.raises(ReplmonError, match=re.escape("clusters (REPLMON_CLUSTERS): Input should be a valid list")):
+        load_config(path, env={"REPLMON_CLUSTERS": '{"name": "b"}'})
+    with pytest.raises(ReplmonError, match=re.escape(f"invalid configuration ({path}): collector.interval_s: ")):
+        load_config(write(tmp_path, "collector: {interval_s: soon}"), env={"REPLMON_STATE_DIR": "/tmp/x"})
+
+
+@pytest.mark.parametrize("name, why", [
+    ("REPLMON_COLLECTR__INTERVAL_S", "there is no section 'collectr' (did you mean collector?); the sections: "
+                                     "clusters, collector, transport, stream, grafana"),
+    ("REPLMON_COLLECTOR__INTERVL_S", "collector has no setting 'intervl_s' (did you mean interval_s?); its settings: "
+                                     "interval_s, "),
+    ("REPLMON_TRANSPORT__SECURITY__USERNAM", "transport.security has no setting 'usernam' (did you mean username?)"),
+    ("REPLMON_COLLECTOR__INTERVAL_S__X", "collector.interval_s is one value, not a section"),
+    ("REPLMON_CLUSTERS__0__NAME", "clusters is a list, given whole as JSON (REPLMON_CLUSTERS='[...]')"),
+])
+def test_an_environment_variable_that_names_no_setting_is_one_clear_error(tmp_path: Path, name: str,
+                                                                          why: str) -> None:
+    """A nested variable (``__``) is meant as a setting: misspelt, it would be ignored without a word."""
+    with pytest.raises(ReplmonError, match=re.escape(f"{name} names no setting: {why}")):
+        load_config(None, env={name: "2"})
+
+
+def test_every_setting_and_mapping_key_is_reachable_from_the_environment(tmp_path: Path) -> None:
+    """Nested variables that name settings load, in any case, beside replmon's other variables."""
+    config = load_config(None, env={"REPLMON_STREAM__SPARK_CONF__spark_x": "1", "replmon_collector__interval_s": "3",
+                                    "REPLMON_TRANSPORT__SECURITY__USERNAME": "u", "REPLMON_DEBUG": "1",
+                                    "REPLMON_DEMO_FAST": "1", "REPLMON_GRAFANA": '{"folder": "f"}'})
+    assert config.stream.spark_conf == {"spark_x": "1"} and config.collector.interval_s == 3
+    assert config.transport.security is not None and config.transport.security.username == "u"
+    assert config.grafana.folder == "f"
+
+
 def test_environment_overrides_a_section_built_in_code_key_by_key(monkeypatch: pytest.MonkeyPatch) -> None:
     """A configuration built from model instances (the benches, the test bed) keeps what the environment does not
     override, as one loaded from YAML does; a secret in such a section survives the merge."""

@@ -10,9 +10,12 @@ Secrets are ``SecretStr``: they print as ``**********`` everywhere.
 
 from __future__ import annotations
 
+import difflib
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import (
@@ -298,10 +301,14 @@ class GrafanaConfig(_Section):
     folder: str = "replmon"
 
 
+ENV_PREFIX = "REPLMON_"
+ENV_NESTED = "__"
+
+
 class ReplmonConfig(BaseSettings):
     # nested_model_default_partial_update: a section given as a model instance (a configuration built in code) is
     # merged with its environment overrides key by key, as a YAML mapping is, not replaced by them
-    model_config = SettingsConfigDict(env_prefix="REPLMON_", env_nested_delimiter="__", extra="forbid",
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED, extra="forbid",
                                       nested_model_default_partial_update=True)
 
     clusters: list[ClusterConfig] = []
@@ -364,6 +371,12 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
         if not isinstance(loaded, dict):
             raise ReplmonError(f"config file {p} must hold a mapping at the top, not {type(loaded).__name__}")
         data = loaded
+    environ = dict(os.environ if env is None else env)
+    overrides = env_overrides(environ)
+    unknown = [f"{name} names no setting: {why}" for name, path in overrides.items()
+               if (why := _no_setting(ReplmonConfig, path)) is not None and ENV_NESTED in name]
+    if unknown:
+        raise ReplmonError("; ".join(unknown))
     saved = None
     if env is not None:
         saved = dict(os.environ)
@@ -372,18 +385,69 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
     try:
         return ReplmonConfig(**data)
     except ValidationError as exc:
-        raise ReplmonError(f"invalid configuration ({where}): {format_validation_error(exc)}") from None
+        if overrides:
+            where += ", environment " + ", ".join(sorted(overrides))
+        raise ReplmonError(f"invalid configuration ({where}): {format_validation_error(exc, overrides)}") from None
     finally:
         if saved is not None:
             os.environ.clear()
             os.environ.update(saved)
 
 
-def format_validation_error(exc: ValidationError) -> str:
+def format_validation_error(exc: ValidationError, overrides: Mapping[str, tuple[str, ...]] | None = None) -> str:
     """'clusters.0.bootstrap_servers: Field required; ...' without echoing input values (they may be
-    secrets)."""
+    secrets); a setting an environment variable gave (``overrides``, :func:`env_overrides`) is named with it:
+    'collector.interval_s (REPLMON_COLLECTOR__INTERVAL_S): ...', as the file does not hold that value."""
     parts = []
     for err in exc.errors(include_input=False, include_url=False):
-        loc = ".".join(str(x) for x in err["loc"]) or "(top)"
+        path = tuple(str(x) for x in err["loc"])
+        loc = ".".join(path) or "(top)"
+        given = [name for name, p in sorted((overrides or {}).items())
+                 if path and (path[:len(p)] == p or p[:len(path)] == path)]
+        if given:
+            loc += f" ({', '.join(given)})"
         parts.append(f"{loc}: {err['msg']}")
     return "; ".join(parts)
+
+
+def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
+    """The environment variables that may override a setting (``REPLMON_<SECTION>__<FIELD>``, and
+    ``REPLMON_<SECTION>`` for a whole section), each with the path it names, as pydantic-settings reads them
+    (case-insensitive). Other ``REPLMON_`` variables (``REPLMON_STATE_DIR``, ``REPLMON_DEBUG``) name no section and
+    are left out."""
+    sections = set(ReplmonConfig.model_fields)
+    out = {}
+    for name in environ:
+        if name.upper().startswith(ENV_PREFIX):
+            path = tuple(name[len(ENV_PREFIX):].lower().split(ENV_NESTED))
+            if ENV_NESTED in name or path[0] in sections:
+                out[name] = path
+    return out
+
+
+def _no_setting(model: type[BaseModel], path: tuple[str, ...], where: tuple[str, ...] = ()) -> str | None:
+    """Why ``path`` names no setting of ``model`` (the names there, and the closest), or None when it does. A
+    path goes on into a section (a model, optional or not) and into a mapping's keys; not into a list, which is
+    given whole, as JSON."""
+    fields = model.model_fields
+    head, rest = path[0], path[1:]
+    field = fields.get(head)
+    if field is None:
+        close = difflib.get_close_matches(head, fields, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        if not where:
+            return f"there is no section {head!r}{hint}; the sections: {', '.join(fields)}"
+        return f"{'.'.join(where)} has no setting {head!r}{hint}; its settings: {', '.join(fields)}"
+    if not rest:
+        return None
+    at = (*where, head)
+    annotation = field.annotation
+    kinds = list(get_args(annotation)) if get_origin(annotation) in (Union, UnionType) else [annotation]
+    for kind in kinds:
+        if isinstance(kind, type) and issubclass(kind, BaseModel):
+            return _no_setting(kind, rest, at)
+        if kind is dict or get_origin(kind) is dict:
+            return None
+        if kind is list or get_origin(kind) is list:
+            return f"{'.'.join(at)} is a list, given whole as JSON ({ENV_PREFIX}{ENV_NESTED.join(at).upper()}='[...]')"
+    return f"{'.'.join(at)} is one value, not a section"
