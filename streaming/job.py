@@ -88,6 +88,8 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
     stream = config.stream
     exporter = exporter or JobExporter(stream.series_budget)
     checkpoint = HadoopDirectory(spark, stream.checkpoint_dir)
+    checkpoint.check_writable("stream.checkpoint_dir")
+    HadoopDirectory(spark, stream.history_dir).check_writable("stream.history_dir")
     layout = resolve_layout(spark, checkpoint, stream.state_buckets, stream.state_parallelism)
     seed, starting_offsets, replaced = None, None, None
     moved = layout.resharded_from

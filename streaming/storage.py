@@ -4,6 +4,7 @@ HDFS or an object store on a cluster (replmon.core.locations)."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -72,6 +73,18 @@ class HadoopDirectory:
             stream.close()
 
 
+    def check_writable(self, setting: str) -> None:
+        """One clear ReplmonError, before the job starts, when this directory cannot be made or written to
+        (``setting``: the configuration setting that names it); Spark would fail later, with a Java stack."""
+        probe = self._path(f".replmon-write-check-{uuid.uuid4().hex}")
+        try:
+            if not self._fs.mkdirs(self._root):
+                raise ReplmonError("the filesystem refused to make the directory")
+            self._fs.create(probe, True).close()
+            self._fs.delete(probe, False)
+        except Exception as exc:
+            raise ReplmonError(f"cannot write to {self.location} ({setting}): {java_message(exc)}") from None
+
     def delete(self, name: str) -> None:
         """Remove the file (nothing when it does not exist)."""
         self._fs.delete(self._path(name), False)
@@ -79,3 +92,15 @@ class HadoopDirectory:
 
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
+def java_message(exc: BaseException) -> str:
+    """A Java exception's class and message as one line (a Py4J error's own text is the call, then the Java
+    stack), else the first line of ``exc``."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        try:
+            return str(java.toString()).splitlines()[0][:300]
+        except Exception:  # the JVM is gone: the Python side's text
+            pass
+    return _first_line(exc)

@@ -148,3 +148,26 @@ def test_a_changed_bucket_count_is_refused_with_the_way_out(spark: SparkSession,
     (checkpoint / LAYOUT_FILE).write_text(recorded.replace('"state_buckets":8', '"state_buckets":9'))
     with pytest.raises(ReplmonError, match="damaged: 8 distinct bucket ids for 9 buckets"):
         resolve_layout(spark, directory, 9)
+
+
+def test_a_checkpoint_or_history_the_job_cannot_write_is_one_clear_error_before_it_starts(
+        spark: SparkSession, tmp_path: Path) -> None:
+    """A directory that cannot be made (its parent is a file, or /proc) is named with its setting and the
+    filesystem's reason before any query starts, not as a Java stack from deep in the job's start."""
+    from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig
+    from streaming.job import start_job
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    good = tmp_path / "good"
+    for checkpoint, history, setting, where in [
+            (blocker / "checkpoint", good / "history", "stream.checkpoint_dir", blocker / "checkpoint"),
+            (good / "checkpoint", Path("/proc/replmon-history"), "stream.history_dir", "/proc/replmon-history")]:
+        config = ReplmonConfig(transport=TransportConfig(bootstrap_servers=["127.0.0.1:1"]), stream=StreamConfig(
+            checkpoint_dir=str(checkpoint), history_dir=str(history), metrics_port=0))
+        with pytest.raises(ReplmonError) as refused:
+            start_job(spark, config)
+        message = str(refused.value)
+        assert message.startswith(f"cannot write to {where} ({setting}): ") and "\n" not in message, message
+        assert not spark.streams.active
+    assert not list(good.glob("checkpoint/**/*"))  # nothing written where it could be: no layout, no probe left
