@@ -148,7 +148,8 @@ def test_the_jobs_log_lines_stay_whole_whatever_they_hold(capsys: pytest.Capture
 def test_the_demo_shows_the_events_of_its_run_and_counts_the_earlier_ones(tmp_path: Path) -> None:
     """A local cluster started before the demo holds, in its metadata log since the newest snapshot, the broker
     fences and unfences of its earlier runs: the agent publishes them and the job reports them at their own times.
-    The demo keeps them all and prints only its own run's, one line counting the rest."""
+    The demo keeps them all and prints only its own run's, and one line counting the rest before its next table or
+    step."""
     from rich.console import Console
 
     from replmon.cli.demo import Demo
@@ -159,10 +160,15 @@ def test_the_demo_shows_the_events_of_its_run_and_counts_the_earlier_ones(tmp_pa
                "message": f"local: broker {b} {kind.split('_')[1].lower()}", "source": "metadata_log"}
               for t, kind, b in [(before, "BROKER_FENCED", 1), (before + 1, "BROKER_UNFENCED", 1),
                                  (now, "BROKER_FENCED", 3), (before + 2, "BROKER_FENCED", 2)]]
-    demo.show_events(events)
+    demo.show_events(events[:2])
+    demo.show_events(events[2:])  # the consumer's polls bring them in parts, interleaved
+    demo.tell_earlier()
+    demo.tell_earlier()  # nothing new: no second line
     text = demo.console.export_text()
     assert demo.events == events
     assert [line.split("event ", 1)[1].split()[0] for line in text.splitlines() if " event " in line] == [
         "BROKER_FENCED"]
     assert "local: broker 3 fenced" in text and "broker 1" not in text and "broker 2" not in text
-    assert "3 event(s) dated before this run" in text
+    assert [line.split("s ", 1)[1].strip() for line in text.splitlines() if "dated before" in line] == [
+        "3 event(s) dated before this run (the watched cluster's metadata log since its newest snapshot: earlier "
+        "runs of this cluster), not shown"]

@@ -98,6 +98,8 @@ class Demo:
     follower: EventFollower | None = None
     admin: KafkaAdminClient | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    earlier: int = 0
+    """Events dated before this run, received since the last line that told how many."""
     metrics: Scraped = field(default_factory=dict)
     outcomes: list[Outcome] = field(default_factory=list)
     run_id: str = field(default_factory=lambda: time.strftime("%H%M%S"))
@@ -215,19 +217,23 @@ class Demo:
                 self.metrics = self.pipeline.scrape(timeout_s=3)
 
     def show_events(self, events: list[dict[str, Any]]) -> None:
-        """Keep ``events`` and print those of this run; of the others, one line saying how many. A log-dir agent
-        publishes the metadata log from its newest snapshot on: a local cluster started before holds its earlier
-        runs' broker fences and unfences, true events of their own times, not this run's."""
-        earlier = 0
+        """Keep ``events`` and print those of this run; the others are counted, for one line before the next table
+        or step (:meth:`tell_earlier`). A log-dir agent publishes the metadata log from its newest snapshot on: a
+        local cluster started before holds its earlier runs' broker fences and unfences, true events of their own
+        times, not this run's."""
         for event in events:
             self.events.append(event)
             if int(event["event_time_ms"]) < self.started_ms:
-                earlier += 1
+                self.earlier += 1
             else:
                 self.print_event(event)
-        if earlier:
-            self.say(f"  [dim]{earlier} event(s) dated before this run (the watched cluster's metadata log since its "
-                     "newest snapshot: earlier runs of this cluster), not shown[/]")
+
+    def tell_earlier(self) -> None:
+        """One line for the events dated before this run received since the last such line."""
+        if self.earlier:
+            self.say(f"  [dim]{self.earlier} event(s) dated before this run (the watched cluster's metadata log since "
+                     "its newest snapshot: earlier runs of this cluster), not shown[/]")
+            self.earlier = 0
 
     def print_event(self, e: dict[str, Any]) -> None:
         style = SEVERITY_STYLE.get(e.get("severity", ""), "")
@@ -302,6 +308,7 @@ class Demo:
 
     # ------------------------------------------------------------------ the timeline
     def step(self, number: int, title: str, explain: str) -> None:
+        self.tell_earlier()
         self.console.rule(f"[bold]step {number}/5: {title}")
         self.say(explain)
 
@@ -315,6 +322,7 @@ class Demo:
     def show_table(self) -> None:
         """Print the partition table once the job has exported a micro-batch newer than the events seen (the
         metrics of a batch are exported after its events are published)."""
+        self.tell_earlier()
         if self.console.is_terminal:  # a terminal has the live table at the bottom
             return
         seen = self.metric("replmon_job_batches_total") or 0
