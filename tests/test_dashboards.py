@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import threading
 import time
@@ -28,6 +27,7 @@ from dashboards.build import build_all, expressions, to_json
 from dashboards.catalog import known_series_names, referenced_names
 from replmon.cli import main
 from replmon.core.processes import stop_processes
+from replmon.testbed.localcluster.cluster import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = ROOT / "dashboards"
@@ -155,13 +155,6 @@ def test_build_refuses_a_metric_outside_the_catalogue(monkeypatch: pytest.Monkey
 
 
 # ------------------------------------------------------------------------------------------------ Prometheus
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @dataclass
 class PrometheusServer:
     url: str
@@ -183,7 +176,7 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusS
     work = tmp_path_factory.mktemp("prometheus")
     config = work / "prometheus.yml"
     config.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n")
-    port = _free_port()
+    port = free_port()
     log = (work / "prometheus.log").open("w")
     proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
                              f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
@@ -352,7 +345,7 @@ def test_push_refused_is_one_clear_line(grafana: tuple[StubGrafana, str], tmp_pa
 
 
 def test_push_unreachable_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://127.0.0.1:{_free_port()}"  # nothing listens there any more
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there any more
     code, out, err = _push(_config(tmp_path, url), capsys)
     assert code == 2
     assert len(err.strip().splitlines()) == 1, err
@@ -367,7 +360,7 @@ def test_push_without_token_says_so(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_push_hides_credentials_in_the_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    url = f"http://admin:s3cret-pw@127.0.0.1:{_free_port()}"
+    url = f"http://admin:s3cret-pw@127.0.0.1:{free_port()}"
     code, out, err = _push(_config(tmp_path, url), capsys)
     assert code == 2
     assert "s3cret-pw" not in out + err and TOKEN not in out + err

@@ -28,7 +28,6 @@ import re
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tomllib
@@ -47,6 +46,7 @@ from replmon.cli.package import submit_command
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig, load_config
 from replmon.core.processes import wait_until
+from replmon.testbed.localcluster.cluster import free_port
 from streaming.code_archive import ARCHIVE_ALIAS
 from streaming.session import (
     ABORTABLE_CHECKPOINT_MANAGER,
@@ -242,12 +242,6 @@ def test_the_entrypoint_is_an_executable_bash_script() -> None:
 
 
 # --- the entrypoint, for real ---------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def spawn(cmd: list[str], log: Path, env: dict[str, str], cwd: Path) -> subprocess.Popen[bytes]:

@@ -153,6 +153,29 @@ def _bin_with(tmp_path: Path, *tools: str) -> str:
     return str(bindir)
 
 
+def test_free_ports_are_below_the_ephemeral_range_and_never_given_twice(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port picked for a server started later must not be one an outgoing connection can take first (the
+    kernel gives those from ip_local_port_range), nor one given before to another server."""
+    from replmon.testbed.localcluster import cluster as cluster_module
+
+    start = int(cluster_module.EPHEMERAL_RANGE.read_text().split()[0])
+    ports = [cluster_module.free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+    assert all(max(1024, start - cluster_module.PORT_SPAN) <= p < start for p in ports)
+    with socket.socket() as taken:  # a port bound by someone else is never given: the next pick is
+        taken.bind(("127.0.0.1", ports[0]))
+        cluster_module._ports_given.difference_update(ports[:2])
+        picks = iter(ports[:2])
+        monkeypatch.setattr(cluster_module._port_picker, "randrange", lambda first, end: next(picks))
+        assert cluster_module.free_port() == ports[1]
+    low = tmp_path / "ip_local_port_range"
+    low.write_text("1024\t60999\n")  # no room below the range: the kernel's own pick
+    monkeypatch.setattr(cluster_module, "EPHEMERAL_RANGE", low)
+    with socket.socket() as check:
+        check.bind(("127.0.0.1", cluster_module.free_port()))
+
+
 def test_missing_java_is_one_clear_error(tmp_path: Path) -> None:
     env = {"PATH": _bin_with(tmp_path), "JAVA_HOME": ""}
     out = replmon("cluster", "up", "--dir", str(tmp_path / "c"), env=env)

@@ -65,9 +65,11 @@ def stop_signalled() -> Iterator[threading.Event]:
             signal.signal(s, h)
 
 
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25) -> T:
+def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25,
+               fatal: tuple[type[BaseException], ...] = ()) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
-    deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing)."""
+    deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing), but those of ``fatal``,
+    which end the wait at once (a process waited on that exited)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while True:
@@ -76,6 +78,8 @@ def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, inter
             if value:
                 return value
             last = value
+        except fatal:
+            raise
         except Exception as exc:  # not yet: leaders move, brokers restart
             last = exc
         if time.monotonic() > deadline:

@@ -235,7 +235,9 @@ class Pipeline:
         self.wait_first_batch(timeout_s)
 
     def wait_first_batch(self, timeout_s: float = JOB_START_TIMEOUT_S) -> None:
-        wait_until(lambda: self.metric("replmon_job_batches_total"), timeout_s, "the job's first micro-batch")
+        """Until the job's first micro-batch; a job that exited ends the wait at once, with the end of its log."""
+        wait_until(lambda: self.metric("replmon_job_batches_total"), timeout_s, "the job's first micro-batch",
+                   fatal=(StageExited,))
 
     def alive(self, stage: str) -> bool:
         proc = self.procs.get(stage)

@@ -13,6 +13,7 @@ import contextlib
 import ctypes
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -115,10 +116,43 @@ REGISTRATION_PROBE_TIMEOUT_MS = 5000
 """A bootstrap on loopback answers within this, TLS and SCRAM included, or the probe is tried again."""
 
 
-def free_port() -> int:
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+"""The kernel's ephemeral ports: where bind(0) picks, and where every outgoing connection takes its local port."""
+PORT_SPAN = 16_384
+"""How many ports below the ephemeral range :func:`free_port` picks from."""
+_ports_given: set[int] = set()
+_port_picker = random.Random()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now, for a server that binds it later: one of the :data:`PORT_SPAN` ports below
+    the ephemeral range, at random, never one this process gave before. A port bind(0) gives is in the ephemeral
+    range, where any outgoing connection (a Kafka client's) may take it before its server binds it: a job's metrics
+    port was lost so. Below the range only an explicit bind takes a port. Where the range starts too low for that,
+    bind(0)'s port."""
+    start = _ephemeral_start()
+    first = max(1024, start - PORT_SPAN)
+    for _ in range(1000 if start - first >= 1000 else 0):
+        port = _port_picker.randrange(first, start)
+        if port in _ports_given:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+        _ports_given.add(port)
+        return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
 
 
 def new_cluster_id(random_bytes: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
