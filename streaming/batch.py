@@ -25,7 +25,7 @@ from replmon.core.config import ReplmonConfig
 from streaming.exporter import JobExporter
 from streaming.parse import quarantined_records
 from streaming.processor import KIND_BUCKET, KIND_EVENT, KIND_QUARANTINE, NOT_METRICS, served_rows
-from streaming.pyspark_hooks import JsonProgressListener, last_batch_id
+from streaming.pyspark_hooks import JsonProgressListener, error_lines, last_batch_id
 from streaming.serving import Partials
 from streaming.silence import cluster_stale, compact_json, silent_clusters
 from streaming.sinks import EventBatches, EventsPublisher, HistoryWriter
@@ -280,18 +280,6 @@ class BatchStopped(Exception):
 
     def __init__(self, batch_id: int, error: BaseException) -> None:
         super().__init__(f"micro-batch {batch_id} stopped: " + " <- ".join(error_lines(error)))
-
-
-def error_lines(error: BaseException) -> list[str]:
-    """A PySpark error as ``module.Type: first line``, then the Java exceptions behind it (a Py4JJavaError's
-    ``java_exception``, a captured exception's origin), outermost first, each its ``toString()`` on one line."""
-    kind = type(error)
-    lines = [f"{kind.__module__}.{kind.__qualname__}: {(str(error).splitlines() or [''])[0]}"]
-    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
-    while throwable is not None and len(lines) <= 10:
-        lines.append(" ".join(str(throwable.toString()).split()))
-        throwable = throwable.getCause()
-    return lines
 
 
 class BatchGate:

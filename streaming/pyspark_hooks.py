@@ -12,6 +12,8 @@ The job runs on the public API alone; these private hooks make it cheaper, each 
   ``worker`` and turns off imports from zip archives;
 * :func:`arrow_output`: the state processor's output handed to PySpark's serializer as the Arrow batch it already
   is (``TransformWithStateInPandasSerializer._create_struct_array``), not as pandas that PySpark converts back.
+* :func:`error_lines`: a PySpark error's Java exceptions, from a Py4JJavaError's ``java_exception`` or a
+  captured exception's ``_origin`` (neither there: the error's own first line alone).
 
 They hold for the PySpark version ``pyproject.toml`` pins (:data:`PINNED_PYSPARK`). On any other version each
 falls back to the public way, with one warning: the job keeps working, at the public API's cost, rather than
@@ -202,3 +204,15 @@ def install_arrow_output() -> bool:
 
     TransformWithStateInPandasSerializer._create_struct_array = create_struct_array  # type: ignore[method-assign]
     return True
+
+
+def error_lines(error: BaseException) -> list[str]:
+    """A PySpark error as ``module.Type: first line``, then the Java exceptions behind it (a Py4JJavaError's
+    ``java_exception``, a captured exception's origin), outermost first, each its ``toString()`` on one line."""
+    kind = type(error)
+    lines = [f"{kind.__module__}.{kind.__qualname__}: {(str(error).splitlines() or [''])[0]}"]
+    throwable = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    while throwable is not None and len(lines) <= 10:
+        lines.append(" ".join(str(throwable.toString()).split()))
+        throwable = throwable.getCause()
+    return lines

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 from replmon.core import locations
 from replmon.core.errors import ReplmonError
+from streaming.pyspark_hooks import error_lines
 
 
 class HadoopDirectory:
@@ -72,7 +73,6 @@ class HadoopDirectory:
         finally:
             stream.close()
 
-
     def check_writable(self, setting: str) -> None:
         """One clear ReplmonError, before the job starts, when this directory cannot be made or written to
         (``setting``: the configuration setting that names it); Spark would fail later, with a Java stack."""
@@ -95,12 +95,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def java_message(exc: BaseException) -> str:
-    """A Java exception's class and message as one line (a Py4J error's own text is the call, then the Java
-    stack), else the first line of ``exc``."""
-    java = getattr(exc, "java_exception", None)
-    if java is not None:
-        try:
-            return str(java.toString()).splitlines()[0][:300]
-        except Exception:  # the JVM is gone: the Python side's text
-            pass
-    return _first_line(exc)
+    """The Java exception behind ``exc`` as one line, its class and message (a Py4J error's own text is the call,
+    then the Java stack: :func:`streaming.pyspark_hooks.error_lines`), else the first line of ``exc``."""
+    lines = error_lines(exc)
+    return lines[1][:300] if len(lines) > 1 else _first_line(exc)

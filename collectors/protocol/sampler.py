@@ -228,8 +228,7 @@ class ClusterSampler:
         before, self.watched = self.watched, now
         name = self.cluster.name
         if before is None:
-            topics = f"{len(now)} topic" if len(now) == 1 else f"{len(now)} topics"
-            log.info("cluster %s: sampling %s, %s", name, topics, _partitions(len(selected)))
+            log.info("cluster %s: sampling %s, %s", name, _count(len(now), "topic"), _partitions(len(selected)))
             return []
         changes = topic_changes(before, now)
         for topic, partitions in changes.appeared.items():
@@ -401,8 +400,12 @@ class ClusterSampler:
         return {tp: clip_to_log_start(lineage, log_starts.get(tp)) for tp, lineage in done.items()}
 
 
+def _count(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _partitions(count: int) -> str:
-    return f"{count} partition" if count == 1 else f"{count} partitions"
+    return _count(count, "partition")
 
 
 class _NoAnswer(Exception):
