@@ -35,6 +35,7 @@ from collectors.metrics import CollectorMetrics
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
 from replmon.core.kafka_producers import close_producer
 from replmon.core.kafka_topics import ensure_topic
 
@@ -299,6 +300,9 @@ class SamplePublisher:
                 "request_timeout_ms": 10_000, "delivery_timeout_ms": DELIVERY_TIMEOUT_MS, "max_block_ms": 5_000,
                 "bootstrap_timeout_ms": 10_000, "retries": 5, **security,
             })
+        except ReplmonError as exc:  # the topic's creation says itself what failed
+            self._failed(str(exc))
+            return False
         except Exception as exc:
             self._failed(f"cannot reach the samples cluster {','.join(self.config.samples_bootstrap())}: "
                          f"{_describe(exc)}")

@@ -19,6 +19,7 @@ from collectors.publisher import JsonLinesOutput, SamplePublisher, record_key
 from replmon.contracts.batches import entries, is_batch
 from replmon.contracts.samples import CycleSample, PartitionSample, parse_sample
 from replmon.core.config import ReplmonConfig
+from replmon.core.errors import ReplmonError
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from streaming.batches import read_batch
@@ -124,6 +125,19 @@ def test_while_the_samples_cluster_is_away_the_buffer_is_bounded_and_drops_count
     assert len(calls) <= 3, "backs off instead of hammering the samples cluster"
     pub.close(timeout_s=0.1)
     assert pub.dropped == 250
+
+
+def test_an_outage_the_topic_creation_describes_is_told_in_its_words_once() -> None:
+    said = "cannot reach the samples cluster 127.0.0.1:1: KafkaTimeoutError: Unable to bootstrap"
+
+    def unreachable(_config: ReplmonConfig) -> None:
+        raise ReplmonError(said)
+
+    pub = SamplePublisher(config("json"), topic_creator=unreachable)
+    pub.publish([partition_sample(0)])
+    wait_until(lambda: pub.outage is not None, 10, "the outage recorded", interval_s=0.01)
+    assert pub.outage == said  # not wrapped in a second "cannot reach ...: ReplmonError: cannot reach ..."
+    pub.close(timeout_s=0.1)
 
 
 def test_a_full_buffer_drops_whole_batches_counted_in_samples() -> None:
