@@ -36,7 +36,8 @@ class HadoopDirectory:
             self._fs = self._fs.getRawFileSystem()
 
     def _path(self, name: str) -> Any:
-        return self._jvm.org.apache.hadoop.fs.Path(self._root, name)
+        """``name`` under the directory; the directory itself for ``""``."""
+        return self._jvm.org.apache.hadoop.fs.Path(self._root, name) if name else self._root
 
     def exists(self, name: str) -> bool:
         return bool(self._fs.exists(self._path(name)))

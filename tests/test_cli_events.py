@@ -61,3 +61,16 @@ def test_contradictory_options_are_one_clear_line(argv: list[str], message: str,
 def test_an_empty_history_prints_nothing_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["events", "--history-dir", str(tmp_path), "--json"]) == 0
     assert capsys.readouterr().out == ""
+
+
+def test_a_history_directory_that_does_not_exist_is_one_clear_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "histroy"
+    for extra in ([], ["--json"]):
+        assert main(["events", "--history-dir", str(missing), *extra]) == 2
+        captured = capsys.readouterr()
+        assert captured.out == ""
+        err = captured.err.strip()
+        assert err == f"replmon: no history at {missing}: no such directory (the job's stream.history_dir, made " \
+                      "when the job starts; --history-dir reads another)"
+    assert not missing.exists()

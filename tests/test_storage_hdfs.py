@@ -75,3 +75,6 @@ def test_replmon_events_reads_a_history_on_hdfs(hdfs: MiniHdfs, spark: SparkSess
     assert main(["events", "--history-dir", location, "--json", "--type", "isr_expand"]) == 0
     (line,) = capsys.readouterr().out.splitlines()
     assert json.loads(line)["event_id"] == "e2"
+    missing = f"{hdfs.uri}/{topic_name}/histroy"
+    assert main(["events", "--history-dir", missing, "--json"]) == 2
+    assert capsys.readouterr().err.startswith(f"replmon: no history at {missing}: no such directory")

@@ -87,11 +87,19 @@ def history_events(history_dir: str | Path, config: ReplmonConfig | None = None)
     from streaming.sinks import read_events
 
     spark = None
-    if not locations.is_local(locations.normalize(history_dir)):
+    location = locations.normalize(history_dir)
+    if not locations.is_local(location):
         from streaming.session import get_session
+        from streaming.storage import HadoopDirectory
 
         stream = (config or ReplmonConfig()).stream.model_copy(update={"spark_master": "local[1]"})
         spark = get_session(stream, "replmon-events")
+        found = HadoopDirectory(spark, location).is_dir("")
+    else:
+        found = Path(location).is_dir()
+    if not found:  # a mistyped path, or a job that never ran with it: not an empty history
+        raise ReplmonError(f"no history at {history_dir}: no such directory (the job's stream.history_dir, made "
+                           "when the job starts; --history-dir reads another)")
     frame = read_events(history_dir, spark)
     if frame.empty:
         return []
