@@ -28,10 +28,16 @@ def test_missing_file(tmp_path: Path) -> None:
         load_config(tmp_path / "nope.yaml", env={})
 
 
-def test_bad_yaml_is_one_line(tmp_path: Path) -> None:
+def test_bad_yaml_is_one_line_that_says_where(tmp_path: Path) -> None:
     with pytest.raises(ReplmonError, match="not valid YAML") as info:
         load_config(write(tmp_path, "clusters: [\n  - name: x\n bad"), env={})
     assert "\n" not in str(info.value)
+    path = write(tmp_path, 'clusters:\n  - name: c1\n    bootstrap_servers: ["127.0.0.1:1"\n')
+    with pytest.raises(ReplmonError) as info:
+        load_config(path, env={})
+    # the line and column an editor shows, of where PyYAML found the end of the text inside the list
+    assert str(info.value) == (f"config file {path} is not valid YAML: line 4, column 1: expected ',' or ']', but "
+                               "got '<stream end>' (while parsing a flow sequence)")
 
 
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:

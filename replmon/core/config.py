@@ -351,6 +351,16 @@ class ReplmonConfig(BaseSettings):
         return self.clusters[0].security
 
 
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's error in one line: where (line and column, 1-based) and what, without its excerpt of the text
+    (a caret under a line, meaningless on one line)."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        context = f" ({exc.context})" if exc.context else ""
+        return f"line {mark.line + 1}, column {mark.column + 1}: {exc.problem}{context}"
+    return " ".join(str(exc).split())
+
+
 def load_config(path: Path | str | None = None, env: dict[str, str] | None = None) -> ReplmonConfig:
     """Load ``path`` (YAML) with environment overrides; every mistake becomes one clear ReplmonError."""
     data: dict[str, Any] = {}
@@ -363,7 +373,7 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
         try:
             loaded = yaml.safe_load(p.read_text())
         except yaml.YAMLError as exc:
-            raise ReplmonError(f"config file {p} is not valid YAML: {exc}".replace("\n", " ")) from exc
+            raise ReplmonError(f"config file {p} is not valid YAML: {yaml_problem(exc)}") from exc
         except OSError as exc:
             raise ReplmonError(f"cannot read config file {p}: {exc.strerror}") from exc
         if loaded is None:
