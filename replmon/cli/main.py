@@ -225,9 +225,13 @@ def build_parser() -> argparse.ArgumentParser:
                       "`cluster up` started last)")
     demo.set_defaults(handler=_demo)
 
-    dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client")
-    dashboards.add_argument("action", choices=["build", "push"])
-    dashboards.add_argument("--config", type=Path)
+    dashboards = sub.add_parser("dashboards", help="Grafana dashboards: build JSON, push with grafana-client",
+                                description="build: write the dashboards' JSON and Grafana's provisioning files "
+                                "under dashboards/ (for file provisioning); push: create or update them in the "
+                                "Grafana of grafana.url, in grafana.folder, with grafana.token (a service account "
+                                "token, Editor role).")
+    dashboards.add_argument("action", choices=["build", "push"], help="build the files, or push to Grafana")
+    dashboards.add_argument("--config", type=Path, help="YAML configuration (its grafana section)")
     dashboards.set_defaults(handler=_dashboards)
     return parser
 
