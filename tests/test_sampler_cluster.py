@@ -125,7 +125,6 @@ def test_paused_follower_falls_behind_leaves_the_isr_and_catches_up(
     assert follower_leo is not None and before.isr == view.partition(topic_name).isr
 
     healthy_cluster.pause(3)
-    started = time.monotonic()
     behind = wait_until(lambda: (x := s.partition(topic_name)) and 3 not in x.isr
                         and (leo(x, 1) or 0) > follower_leo + 50 and x, 30,
                         "the paused follower out of the ISR while the leader's log grows")
@@ -134,7 +133,6 @@ def test_paused_follower_falls_behind_leaves_the_isr_and_catches_up(
     assert s.last_cycle.duration_ms < TIMEOUT_MS + 1500, "a silent broker holds a cycle no longer than the timeout"
     # Kafka's view, asked again if the oracle happened to ask the paused broker
     wait_until(lambda: 3 not in view.partition(topic_name).isr, 20, "Kafka's ISR without broker 3")
-    assert time.monotonic() - started < 30
 
     healthy_cluster.resume(3)  # the producer writes on: Kafka's figures bound the sampled ones
     wait_until(lambda: 3 in view.partition(topic_name).isr, 30, "Kafka's ISR with broker 3 again")
