@@ -71,8 +71,8 @@ def record_key(sample: Sample) -> bytes:
 def encode_records(samples: Iterable[Sample], sample_format: str = "batch") -> list[Record]:
     """The records of ``samples``: with ``sample_format`` "batch", a cycle's partition samples as
     ``partition_batch/v1`` records (:func:`replmon.contracts.batches.encode_batch`, keyed ``cluster/#group``),
-    every other sample as its JSON record; with "json", every sample as its JSON record (what replmon wrote before
-    batches, still read by the job)."""
+    every other sample as its JSON record; with "json", every sample as its JSON record
+    (``transport.sample_format``)."""
     records: list[Record] = []
     groups: dict[tuple[str, int], list[PartitionSample]] = {}
     topic_hashes: dict[str, int] = {}

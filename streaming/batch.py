@@ -30,6 +30,9 @@ from streaming.serving import Partials
 from streaming.silence import cluster_stale, compact_json, silent_clusters
 from streaming.sinks import EventBatches, EventsPublisher, HistoryWriter
 
+STATE_QUERY = "replmon-state"
+"""The state query's name (its progress is the job's health: :class:`ProgressListener`)."""
+
 
 @dataclass
 class JobStats:
@@ -254,7 +257,7 @@ class ProgressListener(JsonProgressListener):
 
     def onQueryProgress(self, event: Any) -> None:
         progress = event.progress
-        if progress.name != "replmon-state":
+        if progress.name != STATE_QUERY:
             return
         self.exporter.set_job("replmon_job_batch_duration_seconds", progress.batchDuration / 1000.0)
         self.exporter.set_job("replmon_job_input_rows_per_second", float(progress.inputRowsPerSecond or 0))

@@ -31,6 +31,7 @@ from replmon.contracts.batches import (
     write_stream,
 )
 from replmon.contracts.fields import annotated, json_name, unwrap
+from replmon.contracts.samples import PARTITION_SCHEMA
 from streaming.json_chars import json_chars
 from streaming.schema import (
     BAD_LENGTH,
@@ -285,7 +286,7 @@ def entry_json(table: pa.Table, row: int) -> tuple[str, int]:
                 kept = pc.list_slice(column, 0, QUARANTINE_VALUE_MAX_CHARS, return_fixed_size_list=False)
                 cut += int(json_chars(column)[0] - json_chars(kept)[0])
                 one = one.set_column(i, field, kept)
-    entry = {"schema": "partition/v1", **one.to_pylist()[0]}
+    entry = {"schema": PARTITION_SCHEMA, **one.to_pylist()[0]}
     text = json.dumps(entry, separators=(",", ":"))
     return text, len(text) + cut
 

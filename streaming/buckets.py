@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from pyspark.sql import SparkSession
 
 from replmon.core import locations
+from replmon.core.config import MAX_STATE_BUCKETS
 from replmon.core.errors import ReplmonError
 from streaming.reshard import QueryLog
 from streaming.storage import HadoopDirectory
@@ -81,7 +82,7 @@ def state_tasks(spark: SparkSession) -> int:
 
 def default_buckets(tasks: int) -> int:
     """A new checkpoint's bucket count for a state query of ``tasks`` tasks (:data:`BUCKETS_PER_TASK`)."""
-    return min(65536, max(MIN_BUCKETS, BUCKETS_PER_TASK * tasks))
+    return min(MAX_STATE_BUCKETS, max(MIN_BUCKETS, BUCKETS_PER_TASK * tasks))
 
 
 def balanced_ids(task_of: Sequence[int], buckets: int, tasks: int) -> list[int]:

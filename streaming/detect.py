@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 from replmon.contracts.events import Event, EventSource, EventType, Severity, event_id
 from replmon.contracts.samples import (
@@ -36,6 +36,7 @@ from replmon.contracts.samples import (
     PartitionSample,
     ReplicaSample,
 )
+from replmon.core.config import StreamConfig
 from streaming.state import (
     BROKERS_TOPIC,
     NO_SAMPLE,
@@ -47,9 +48,6 @@ from streaming.state import (
     PartitionState,
     ReplicaLog,
 )
-
-if TYPE_CHECKING:
-    from replmon.core.config import StreamConfig
 
 __all__ = [
     "DetectConfig",
@@ -68,14 +66,21 @@ __all__ = [
 ]
 
 
+STREAM_DEFAULTS = StreamConfig.model_construct()
+"""The job's settings as the configuration's defaults give them: the detection's defaults."""
+
+
 @dataclass(frozen=True, slots=True)
 class DetectConfig:
-    stale_after_ms: int = 30_000
-    hw_stalled_after_ms: int = 30_000
-    flapping_window_ms: int = 300_000
-    flapping_threshold: int = 4
+    """The settings of the detection (``stream.*`` in milliseconds: :meth:`from_stream_config`), by default the
+    configuration's defaults."""
+
+    stale_after_ms: int = round(STREAM_DEFAULTS.stale_after_s * 1000)
+    hw_stalled_after_ms: int = round(STREAM_DEFAULTS.hw_stalled_after_s * 1000)
+    flapping_window_ms: int = round(STREAM_DEFAULTS.flapping_window_s * 1000)
+    flapping_threshold: int = STREAM_DEFAULTS.flapping_threshold
     """ISR_FLAPPING when more than this many ISR shrinks + expands fall within ``flapping_window_ms``."""
-    forget_after_ms: int = 300_000
+    forget_after_ms: int = round(STREAM_DEFAULTS.forget_after() * 1000)
     """A partition with no sample for this long while its cluster's samples keep coming is forgotten
     (:func:`forget`); 0: never."""
 

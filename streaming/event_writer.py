@@ -26,9 +26,8 @@ from streaming.serving import event_counts
 
 BATCH_HEADER = "replmon-batch"
 """The header that carries an event record's micro-batch id."""
-COUNT_SCHEMA = "name string, labels string, amount long"
-"""The rows a task gives back: what its written events add to each counter (labels as a JSON list)."""
 COUNTS = pa.schema([("name", pa.string()), ("labels", pa.string()), ("amount", pa.int64())])
+"""The rows a task gives back: what its written events add to each counter (labels as a JSON list)."""
 PEM_SETTINGS = ("ssl_cafile", "ssl_certfile", "ssl_keyfile")
 PRODUCER_SETTINGS: dict[str, Any] = {"acks": "all", "enable_idempotence": True, "linger_ms": 20,
                                      "compression_type": "zstd", "client_id": "replmon-job-events"}
@@ -162,7 +161,7 @@ def _drop_writer() -> None:
 
 def write_events(target: EventTarget, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow over a micro-batch's event rows (``event_id``, ``payload``): this task's share written, each id
-    once; yields what the events written now add to the counters (:data:`COUNT_SCHEMA`)."""
+    once; yields what the events written now add to the counters (:data:`COUNTS`)."""
     from pyspark import TaskContext
 
     ids: list[str] = []

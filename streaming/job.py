@@ -26,7 +26,15 @@ from pyspark.sql.streaming import StreamingQuery
 
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig
-from streaming.batch import STOP_BATCH_WAIT_S, STOP_POLL_S, BatchGate, JobStats, ProgressListener, StateBatchHandler
+from streaming.batch import (
+    STATE_QUERY,
+    STOP_BATCH_WAIT_S,
+    STOP_POLL_S,
+    BatchGate,
+    JobStats,
+    ProgressListener,
+    StateBatchHandler,
+)
 from streaming.buckets import resolve_layout
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
@@ -115,7 +123,7 @@ def start_job(spark: SparkSession, config: ReplmonConfig, exporter: JobExporter 
                                              outputMode="Append", timeMode="ProcessingTime", initialState=seed))
     trigger = f"{stream.trigger_interval_s} seconds"
     query_checkpoint = locations.spark_uri(locations.join(stream.checkpoint_dir, layout.query))
-    state_query = (processed.writeStream.queryName("replmon-state").foreachBatch(state_handler)
+    state_query = (processed.writeStream.queryName(STATE_QUERY).foreachBatch(state_handler)
                    .option("checkpointLocation", query_checkpoint)
                    .trigger(processingTime=trigger).start())
     return RunningJob(spark, [state_query], exporter, stats, port, gate)

@@ -54,6 +54,7 @@ from replmon.contracts.events import Event
 from replmon.core.gcpause import paused as gc_paused
 from streaming.batches import BATCH, HEARD, QUARANTINED, as_entries, gather_entries
 from streaming.detect import (
+    STREAM_DEFAULTS,
     DetectConfig,
     PartitionMetrics,
     expire,
@@ -74,7 +75,16 @@ from streaming.state import (
     PartitionState,
     brokers_key,
 )
-from streaming.steady import MATRICES, MEMBERSHIP, SteadyBatch, SteadyColumns, steady_form, steady_metrics, steady_step
+from streaming.steady import (
+    HISTORY_INTERVAL_MS,
+    MATRICES,
+    MEMBERSHIP,
+    SteadyBatch,
+    SteadyColumns,
+    steady_form,
+    steady_metrics,
+    steady_step,
+)
 from streaming.table import ColumnarTable, PackedTable, newest_received, pack, unpack
 
 Table = TypeVar("Table", ColumnarTable, PackedTable, dict[PartitionKey, BucketValue])
@@ -148,10 +158,6 @@ def event_row(event: Event) -> dict[str, Any]:
     return {"kind": KIND_EVENT, "cluster": event.cluster, "topic": event.topic, "partition": event.partition,
             "sample_time_ms": event.event_time_ms, "event_id": event.event_id, "event_type": str(event.type),
             "payload": event.model_dump_json()}
-
-
-HISTORY_INTERVAL_MS = 60_000
-"""A partition whose state does not change gets a history snapshot once per minute of sample time."""
 
 
 def _history_signature(state: PartitionState) -> tuple[Any, ...]:
@@ -799,7 +805,8 @@ class ReplicationProcessor(StatefulProcessor):
     micro-batch that changed them). Listing a bucket's timers in every micro-batch to make sure cost a round
     trip to the JVM of 2-4 ms per bucket; registering the same one again logs a warning in Spark."""
 
-    def __init__(self, cfg: DetectConfig, series_budget: int = 5000, run: str | None = None) -> None:
+    def __init__(self, cfg: DetectConfig, series_budget: int = STREAM_DEFAULTS.series_budget,
+                 run: str | None = None) -> None:
         self.cfg = cfg
         self.series_budget = series_budget
         self.run = run if run is not None else uuid.uuid4().hex

@@ -29,7 +29,7 @@ from replmon.core import locations
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_topics import ensure_topic
-from streaming.event_writer import PRODUCER_SETTINGS, READ_BACK_TIMEOUT_S, keys_to_end
+from streaming.event_writer import BATCH_HEADER, PRODUCER_SETTINGS, READ_BACK_TIMEOUT_S, keys_to_end
 from streaming.schema import QUARANTINE_VALUE_MAX_CHARS
 from streaming.storage import HadoopDirectory
 
@@ -173,7 +173,7 @@ class EventsPublisher:
             if event_id in self.recent:
                 continue
             futures.append(self.producer.send(self.topic, key=event_id.encode(), value=payload.encode(),
-                                              headers=[("replmon-batch", str(batch_id).encode())]))
+                                              headers=[(BATCH_HEADER, str(batch_id).encode())]))
             written.append((event_id, payload))
         self.producer.flush()
         for future in futures:
@@ -204,12 +204,12 @@ class EventsPublisher:
         """Write ``events`` (the micro-batch's event rows, on the executors: :mod:`streaming.event_writer`), each id
         once; ``since``: the topic's end when the micro-batch's first run began, ``again``: this is not that run.
         Returns what the events written now add to the counters."""
-        from streaming.event_writer import COUNT_SCHEMA, EventTarget, portable, write_events
+        from streaming.event_writer import COUNTS, EventTarget, portable, write_events
 
         target = EventTarget(self.bootstrap, self.topic, portable(self.client), batch_id, since, again)
         counts: Counter[tuple[str, tuple[str, ...]]] = Counter()
         for row in events.select("event_id", "payload").mapInArrow(
-                functools.partial(write_events, target), COUNT_SCHEMA).collect():
+                functools.partial(write_events, target), from_arrow_schema(COUNTS)).collect():
             counts[(row["name"], tuple(json.loads(row["labels"])))] += int(row["amount"])
         return counts
 

@@ -52,6 +52,11 @@ COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *_MATRIX_COLUMNS)
 """Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
 
 
+HISTORY_INTERVAL_MS = 60_000
+"""A partition whose state does not change gets a history snapshot once per minute of sample time (the steady
+step here, :func:`streaming.processor.history_due` for the step of :mod:`streaming.detect`)."""
+
+
 def _opt(value: int | None) -> int:
     return NULL if value is None else value
 
@@ -510,7 +515,8 @@ def steady_step(columns: SteadyColumns, gathered: SampleColumns, cfg: DetectConf
     c["cycle"][rows] = cycle
     c["received_ms"][rows] = now_ms
     c["stale"][rows] = False
-    history = ((t // 60_000) != (prev_t // 60_000)) | before_stale | (c["hw_stalled"][rows] != before_stalled)
+    history = (((t // HISTORY_INTERVAL_MS) != (prev_t // HISTORY_INTERVAL_MS)) | before_stale
+               | (c["hw_stalled"][rows] != before_stalled))
     return SteadyBatch(rows, gathered.lists, gathered.list_at[keep], history)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,11 @@ def test_dockerfile_copies_what_exists_and_runs_replmon() -> None:
     assert re.search(r"^COPY deploy/entrypoint\.sh /opt/replmon/entrypoint\.sh$", text, re.M)
     ignored = (ROOT / ".dockerignore").read_text().split()
     assert ".venv" in ignored and ".git" in ignored
+    # every package pip installs (pyproject's find) is copied before the install, and only those
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    copied = {line.split()[0] for line in re.findall(r"^COPY (\S+ \S+)$", text, re.M)
+              if line.split()[0] == line.split()[1]}
+    assert {f"{name.rstrip('*')}" for name in packages["include"]} == copied
 
 
 def test_replmon_commands_are_valid_cli_invocations() -> None:

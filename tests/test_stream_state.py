@@ -22,7 +22,7 @@ from pyspark.sql.types import LongType, StructField, StructType
 
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets, to_json
 from replmon.testbed.kafka_view import wait_until
-from streaming.batch import BatchGate, JobStats, ProgressListener
+from streaming.batch import STATE_QUERY, BatchGate, JobStats, ProgressListener
 from streaming.detect import DetectConfig
 from streaming.exporter import JobExporter
 from streaming.job import RunningJob
@@ -288,7 +288,7 @@ def test_the_job_health_gauges_carry_spark_s_progress_of_the_state_query(spark: 
     query = (samples.groupBy("bucket")
              .transformWithStateInPandas(ReplicationProcessor(DetectConfig()), OUTPUT_SCHEMA, "Append",
                                          "ProcessingTime")
-             .writeStream.format("noop").queryName("replmon-state").outputMode("append")
+             .writeStream.format("noop").queryName(STATE_QUERY).outputMode("append")
              .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(processingTime="1 second").start())
 
     def gauges() -> dict[str, float]:

@@ -20,6 +20,14 @@ from pathlib import Path
 from kafka.record.util import calc_crc32c
 
 from collectors.logdir.files import VerifiedBatches
+from collectors.logdir.layout import (
+    LEADER_EPOCH_CHECKPOINT,
+    LOG_START_OFFSET_CHECKPOINT,
+    META_PROPERTIES,
+    PARTITION_METADATA,
+    RECOVERY_POINT_OFFSET_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+)
 from collectors.logdir.scanner import ScanContext, scan_log_dir
 
 INDEX_PREALLOCATED = 10 * 1024 * 1024
@@ -51,19 +59,18 @@ def make_partition(path: Path, base_offset: int, batches: int) -> int:
         with open(path / f"{name}{suffix}", "wb") as f:
             f.write(content)
             f.truncate(INDEX_PREALLOCATED)
-    (path / "leader-epoch-checkpoint").write_text(f"0\n2\n0 0\n3 {base_offset}\n")
-    (path / "partition.metadata").write_text("version: 0\ntopic_id: mTOJ9eNIQlK7J1Ix-ndbIw\n")
+    (path / LEADER_EPOCH_CHECKPOINT).write_text(f"0\n2\n0 0\n3 {base_offset}\n")
+    (path / PARTITION_METADATA).write_text("version: 0\ntopic_id: mTOJ9eNIQlK7J1Ix-ndbIw\n")
     return offset
 
 
 def make_log_dir(root: Path, partitions: int, batches: int) -> None:
-    (root / "meta.properties").write_text("node.id=1\nversion=1\n")
+    (root / META_PROPERTIES).write_text("node.id=1\nversion=1\n")
     leos = {}
     for p in range(partitions):
         leos[p] = make_partition(root / f"bench-{p}", 1000 * p, batches)
     lines = "".join(f"bench {p} {leo}\n" for p, leo in leos.items())
-    for name in ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
-                 "log-start-offset-checkpoint"):
+    for name in (REPLICATION_OFFSET_CHECKPOINT, RECOVERY_POINT_OFFSET_CHECKPOINT, LOG_START_OFFSET_CHECKPOINT):
         (root / name).write_text(f"0\n{partitions}\n{lines}")
 
 
@@ -75,7 +82,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="where to build the log dir (default: a temporary dir)")
     args = parser.parse_args()
     root = args.dir or Path(tempfile.mkdtemp(prefix="replmon-logdir-bench-"))
-    if not (root / "meta.properties").exists():
+    if not (root / META_PROPERTIES).exists():
         root.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
         make_log_dir(root, args.partitions, args.batches)

@@ -18,10 +18,10 @@ from replmon.contracts.samples import (
     trusted,
 )
 
-UNKNOWN_TOPIC_OR_PARTITION = 3
-NOT_LEADER_OR_FOLLOWER = 6
-KAFKA_STORAGE_ERROR = 56
-LEADER_NOT_AVAILABLE = 5
+# Kafka's error codes, as kafka-python defines them
+UNKNOWN_TOPIC_OR_PARTITION: int = Errors.UnknownTopicOrPartitionError.errno
+NOT_LEADER_OR_FOLLOWER: int = Errors.NotLeaderForPartitionError.errno
+KAFKA_STORAGE_ERROR: int = Errors.KafkaStorageError.errno
 
 OffsetAnswers = dict[TopicPartition, tuple[int, int]]
 

@@ -54,7 +54,6 @@ METADATA_REFRESH_WAIT_S = 1.0
 """How long a cycle waits for the client's metadata when a partition names a broker the client does not know."""
 UNREACHABLE_ERRORS = (Errors.KafkaConnectionError, Errors.RequestTimedOutError, Errors.KafkaTimeoutError,
                       Errors.NodeNotReadyError, Errors.UnknownBrokerIdError, ConnectionError, TimeoutError)
-FENCED_OR_UNKNOWN_EPOCH = (74, 75)  # FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH
 
 
 @dataclass
@@ -389,7 +388,7 @@ class ClusterSampler:
                 continue  # leader silent: ask again next cycle
             code, epoch, end_offset = found
             if code:
-                if code in FENCED_OR_UNKNOWN_EPOCH or code != KAFKA_STORAGE_ERROR:
+                if code != KAFKA_STORAGE_ERROR:
                     log.debug("lineage walk of %s: %s", tp, error_name(code))
                 self.lineages.abandon(tp)
                 continue

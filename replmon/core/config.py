@@ -203,13 +203,18 @@ class TransportConfig(_Section):
     retention_ms: int = Field(default=24 * 3600 * 1000, ge=60_000)
     sample_format: Literal["batch", "json"] = "batch"
     """How the collectors publish partition samples: "batch", a cycle's samples as a few columnar records per
-    cluster (``partition_batch/v1``); "json", one JSON record per partition (what replmon wrote before batches).
-    The job reads both, also mixed on one topic."""
+    cluster (``partition_batch/v1``); "json", one JSON record per partition (``partition/v1``: readable by any
+    JSON consumer, at a far higher cost per sample to the job: docs/benchmarks.md). The job reads both, also
+    mixed on one topic (collectors of both formats, or of versions that wrote JSON only)."""
 
     @field_validator("bootstrap_servers", mode="before")
     @classmethod
     def _split(cls, value: Any) -> Any:
         return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+
+
+MAX_STATE_BUCKETS = 65536
+"""The most state buckets a checkpoint may have (stream.state_buckets, streaming.buckets)."""
 
 
 class StreamConfig(_Section):
@@ -222,7 +227,7 @@ class StreamConfig(_Section):
     history_dir: str = Field(default_factory=lambda: str(state_dir() / "stream" / "history"))
     """The Parquet history of events and partitions: a local directory or a Hadoop filesystem URI, like
     checkpoint_dir."""
-    state_buckets: int | None = Field(default=None, ge=1, le=65536)
+    state_buckets: int | None = Field(default=None, ge=1, le=MAX_STATE_BUCKETS)
     """Partitions are hashed into this many state buckets, one state value each. Every bucket that gets a
     sample costs a fixed share of each micro-batch, whatever its size (docs/benchmarks.md, "Streaming job": 256
     buckets took a third of the throughput of 32 on 2 cores, 16 5-31% more than 32). None (the default): the

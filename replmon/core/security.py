@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import kafka.errors as Errors
+
 from replmon.core.config import ReplmonConfig, SecurityConfig, TransportConfig
 from replmon.core.errors import ReplmonError
 
@@ -211,8 +213,8 @@ def missing_permission(user: str | None, operation: str, resource_type: str, nam
 
 CHECK_BOOTSTRAP_TIMEOUT_MS = 5_000
 """How long :func:`check_access` tries to reach the samples cluster before it lets the stage start anyway."""
-TOPIC_AUTHORIZATION_FAILED = 29
-UNKNOWN_TOPIC_OR_PARTITION = 3
+TOPIC_AUTHORIZATION_FAILED: int = Errors.TopicAuthorizationFailedError.errno
+UNKNOWN_TOPIC_OR_PARTITION: int = Errors.UnknownTopicOrPartitionError.errno
 
 
 def check_topic_grants(admin: Any, user: str | None, topic_grants: list[tuple[str, Grant]]) -> str | None:
