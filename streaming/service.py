@@ -3,6 +3,7 @@ resolved the configuration; a failed query restarts from its checkpoint."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -27,6 +28,27 @@ def say(line: str) -> None:
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
+TOPIC_POLL_S = 2.0
+"""How often the job asks again for a samples topic that does not exist yet."""
+
+
+def samples_topic_ready(config: ReplmonConfig, stop: threading.Event) -> bool:
+    """Wait until the samples topic exists (the collectors create it when they first publish); True then, False
+    when ``stop`` is set first. Told once: started before any collector, Spark's Kafka source would fail the query
+    on the missing topic again and again, each failure a Java stack trace, until the job gave up."""
+    from replmon.core.kafka_topics import topic_missing
+
+    topic = config.transport.samples_topic
+    told = False
+    while not stop.is_set():
+        if not topic_missing(config, topic):
+            return True
+        if not told:
+            say(f"replmon stream: waiting for topic {topic} on {','.join(config.samples_bootstrap())}: the "
+                "collectors create it when they first publish")
+            told = True
+        stop.wait(TOPIC_POLL_S)
+    return False
 
 
 def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJob], None] | None = None) -> int:
@@ -49,7 +71,7 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
         exporter = JobExporter(config.stream.series_budget)
         failures: list[float] = []
         try:
-            while not stop.is_set():
+            while samples_topic_ready(config, stop):
                 job = start_job(spark, config, exporter)
                 say(f"replmon stream: reading {config.transport.samples_topic} from "
                     f"{','.join(config.samples_bootstrap())}, metrics on "

@@ -29,34 +29,55 @@ DEADLINE_S = 120
 JOB_START_DEADLINE_S = harness.JOB_START_TIMEOUT_S
 
 
+WAITING_FOR_SAMPLES = "replmon stream: waiting for topic "
+"""The job's line while the samples topic does not exist (streaming.service.samples_topic_ready)."""
+
+
 class Pipeline(harness.Pipeline):
     """The collector and the job as the operator runs them, watching the ``topic_prefix`` topics of ``cluster``,
     samples and events on ``transport`` (``e2e.replmon.*``); on return the collector runs and the job has
     completed its first micro-batch (or both are stopped again). ``security``: per stage, as
-    :class:`replmon.testbed.harness.Pipeline` takes it."""
+    :class:`replmon.testbed.harness.Pipeline` takes it. ``job_first``: the job starts before the collector, on a
+    transport cluster without the samples topic, and the collector only once the job says it waits for it."""
 
     def __init__(self, cluster: LocalCluster, transport: LocalCluster, root: Path,
                  topic_prefix: str = TOPIC_PREFIX, security: Mapping[str, SecurityConfig] | None = None,
-                 overrides: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+                 overrides: Mapping[str, Mapping[str, Any]] | None = None, job_first: bool = False) -> None:
         super().__init__(root, cluster, transport, include=[f"{topic_prefix}.*"], topic_names=TRANSPORT_TOPICS,
                          security=security, overrides=overrides)
-        self.spawn("collect")
         try:
-            self.start_job()
+            if job_first:
+                self.spawn("stream")
+                wait_until(self._waiting_for_samples, JOB_START_DEADLINE_S, "the job waiting for the samples topic",
+                           fatal=(harness.StageExited,))
+                self.spawn("collect")
+                self.wait_first_batch()
+            else:
+                self.spawn("collect")
+                self.start_job()
         except BaseException:
             self.stop()
             raise
+
+    def _waiting_for_samples(self) -> bool:
+        if not self.alive("stream"):
+            raise harness.StageExited(f"replmon stream exited; the end of {self.log('stream')}:\n"
+                                      + harness.log_tail(self.log("stream")))
+        return WAITING_FOR_SAMPLES in self.log("stream").read_text(errors="replace")
 
 
 @contextlib.contextmanager
 def running_pipeline(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory,
                      topic_prefix: str = TOPIC_PREFIX, overrides: Mapping[str, Mapping[str, Any]] | None = None,
                      ) -> Iterator[Pipeline]:
-    """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both (``overrides``: settings
-    by section over the harness's); all stopped (and the transport cluster deleted) on exit."""
+    """A healed ``cluster``, a fresh one-broker transport cluster and the pipeline on both, the job started before
+    the collector (``overrides``: settings by section over the harness's); all stopped (and the transport cluster
+    deleted) on exit."""
     cluster.heal()
     with harness.transport_cluster(tmp_path_factory.mktemp("transport")) as transport:
-        p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix, overrides=overrides)
+        # a fresh transport cluster has no samples topic: the job is started first, as an operator may
+        p = Pipeline(cluster, transport, tmp_path_factory.mktemp("pipeline"), topic_prefix, overrides=overrides,
+                     job_first=True)
         try:
             yield p
         finally:

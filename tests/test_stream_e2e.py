@@ -32,6 +32,7 @@ from tests.pipeline import (
     OTHER,
     STALE_REPLICA,
     TOPIC_PREFIX,
+    WAITING_FOR_SAMPLES,
     Pipeline,
     cause_unclean_loss,
     events_of,
@@ -55,6 +56,20 @@ micro-batch itself."""
 @pytest.fixture
 def e2e_topic(topic_name: str) -> str:
     return TOPIC_PREFIX + topic_name
+
+
+def test_a_job_started_before_any_collector_waits_for_the_samples_topic_in_one_line(pipeline: Pipeline) -> None:
+    """The session's pipeline started its job on a transport cluster without the samples topic, and the collector
+    only once the job said it waits (tests.pipeline.running_pipeline): the job read from the topic the collector
+    created, without a query failure on the way (Spark's Kafka source failed on the missing topic, a Java stack
+    trace each time, until the job gave up)."""
+    log = pipeline.log("stream").read_text(errors="replace")
+    started = log.index("replmon stream: reading ")
+    before = log[:started]
+    assert before.count(WAITING_FOR_SAMPLES) == 1
+    assert f"{WAITING_FOR_SAMPLES}{pipeline.samples_topic} on {pipeline.transport.bootstrap_servers}:" in before
+    assert "a query failed" not in before and "UnknownTopicOrPartition" not in before and "\tat " not in before
+    assert pipeline.metric("replmon_job_batches_total")
 
 
 def test_prometheus_scrapes_both_targets_with_the_rules_loaded(prometheus: Prometheus) -> None:

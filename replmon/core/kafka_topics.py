@@ -7,7 +7,7 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
-from replmon.core.security import missing_permission
+from replmon.core.security import UNKNOWN_TOPIC_OR_PARTITION, connect_admin, missing_permission
 
 TOPIC_COMPRESSION = "zstd"
 """compression.type of replmon's topics: JSON compresses ~10x."""
@@ -49,3 +49,16 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
 
 def _exists(admin: KafkaAdminClient, topic: str) -> bool:
     return any(t.get("error_code", 0) == 0 for t in admin.describe_topics([topic]))
+
+
+def topic_missing(config: ReplmonConfig, topic: str) -> bool:
+    """Whether the samples cluster says ``topic`` does not exist (asked without creating it). False when it exists,
+    and when the cluster does not answer: the stage that reads it says so itself."""
+    admin = connect_admin(config.samples_bootstrap(), config.samples_security(), "replmon-topics",
+                          what="samples cluster")
+    if admin is None:
+        return False
+    try:
+        return any(t.get("error_code", 0) == UNKNOWN_TOPIC_OR_PARTITION for t in admin.describe_topics([topic]))
+    finally:
+        admin.close()
