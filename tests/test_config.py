@@ -122,6 +122,21 @@ def test_an_environment_variable_that_names_no_setting_is_one_clear_error(tmp_pa
         load_config(None, env={name: "2"})
 
 
+@pytest.mark.parametrize("text, why", [
+    ("colector: {interval_s: 5}", "colector: Extra inputs are not permitted (did you mean collector?)"),
+    ("stream: {stale_after: 10}", "stream.stale_after: Extra inputs are not permitted (did you mean stale_after_s?)"),
+    ("clusters: [{name: a, bootstrap_servers: ['h:1'], include: ['orders.*']}]",
+     "clusters.0.include: Extra inputs are not permitted (did you mean topics.include?)"),
+    ("clusters: [{name: a, bootstrap_servers: ['h:1'], security: {sasl_mechnism: PLAIN}}]",
+     "clusters.0.security.sasl_mechnism: Extra inputs are not permitted (did you mean sasl_mechanism?)"),
+    ("grafana: {zzz: 1}", "grafana.zzz: Extra inputs are not permitted (the settings there: url, "),
+])
+def test_a_misplaced_or_misspelt_setting_in_the_file_names_the_one_meant(tmp_path: Path, text: str,
+                                                                        why: str) -> None:
+    with pytest.raises(ReplmonError, match=re.escape(why)):
+        load_config(write(tmp_path, text), env={})
+
+
 def test_every_setting_and_mapping_key_is_reachable_from_the_environment(tmp_path: Path) -> None:
     """Nested variables that name settings load, in any case, beside replmon's other variables."""
     config = load_config(None, env={"REPLMON_STREAM__SPARK_CONF__spark_x": "1", "replmon_collector__interval_s": "3",

@@ -421,8 +421,38 @@ def format_validation_error(exc: ValidationError, overrides: Mapping[str, tuple[
                  if path and (path[:len(p)] == p or p[:len(path)] == path)]
         if given:
             loc += f" ({', '.join(given)})"
-        parts.append(f"{loc}: {err['msg']}")
+        hint = _unknown_field_hint(path) if err["type"] == "extra_forbidden" else ""
+        parts.append(f"{loc}: {err['msg']}{hint}")
     return "; ".join(parts)
+
+
+def _section_models(annotation: Any) -> list[type[BaseModel]]:
+    """The sections (models) a field holds: itself, optional or not, or the items of its list."""
+    kinds = list(get_args(annotation)) if get_origin(annotation) in (Union, UnionType, list) else [annotation]
+    return [k for k in kinds if isinstance(k, type) and issubclass(k, BaseModel)]
+
+
+def _unknown_field_hint(path: tuple[str, ...]) -> str:
+    """For a setting the section at ``path[:-1]`` does not have: the closest of its settings, or the section of
+    it that has one of that name (``clusters.0.include`` -> ``topics.include``), else its settings."""
+    model: type[BaseModel] = ReplmonConfig
+    for part in path[:-1]:
+        if part.isdigit():
+            continue  # an item of a list of sections
+        field = model.model_fields.get(part)
+        sections = _section_models(field.annotation) if field is not None else []
+        if not sections:
+            return ""
+        model = sections[0]
+    name, fields = path[-1], model.model_fields
+    close = difflib.get_close_matches(name, fields, n=1)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    nested = [f"{section}.{name}" for section, info in fields.items()
+              if any(name in m.model_fields for m in _section_models(info.annotation))]
+    if nested:
+        return f" (did you mean {nested[0]}?)"
+    return f" (the settings there: {', '.join(fields)})"
 
 
 def env_overrides(environ: Mapping[str, str]) -> dict[str, tuple[str, ...]]:
