@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from replmon.core.errors import ReplmonError
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster.cluster import cluster_pids
@@ -310,6 +311,20 @@ def test_the_controller_runs_without_automatic_leader_rebalancing(healthy_cluste
     assert "process.roles = [controller]" in logged
     assert "auto.leader.rebalance.enable = false" in logged
     assert "auto.leader.rebalance.enable = true" not in logged
+
+
+@pytest.mark.cluster
+def test_an_election_kafka_refuses_is_one_line_with_kafka_s_reason(healthy_cluster: LocalCluster,
+                                                                   kafka_view: KafkaView, topic_name: str) -> None:
+    with pytest.raises(ReplmonError) as info:
+        healthy_cluster.elect_unclean(f"{topic_name}-none", 0)
+    assert str(info.value) == (f"unclean election of {topic_name}-none-0 failed: UNKNOWN_TOPIC_OR_PARTITION: No such "
+                               f"topic as {topic_name}-none")
+    # a partition whose leader is in its ISR needs no election: not an error
+    kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]})
+    leader = wait_until(lambda: kafka_view.partition(topic_name).leader, 30, "a leader")
+    healthy_cluster.elect_unclean(topic_name, 0)
+    assert kafka_view.partition(topic_name).leader == leader
 
 
 def test_cluster_ids_never_start_with_a_dash() -> None:

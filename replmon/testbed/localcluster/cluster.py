@@ -25,6 +25,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+import kafka.errors as Errors
 from pydantic import BaseModel
 
 from replmon.core.config import SecurityConfig, TransportConfig
@@ -659,11 +660,21 @@ class LocalCluster:
         outside the ISR may become leader and the partition loses what only the old leader had."""
         admin = self.admin_client(request_timeout_ms=10_000)
         try:
-            admin.elect_leaders(1, {topic: [partition]}, timeout_ms=int(timeout_s * 1000))
+            response = admin.elect_leaders(1, {topic: [partition]}, timeout_ms=int(timeout_s * 1000),
+                                           raise_errors=False)
         except Exception as exc:
             raise ReplmonError(f"unclean election of {topic}-{partition} failed: {exc}") from exc
         finally:
             admin.close()
+        # the controller's answer, then each partition's: an election not needed (a leader in the ISR) is no error
+        answers = [(response.error_code, None)] + [(p.error_code, p.error_message)
+                                                    for r in response.replica_election_results
+                                                    for p in r.partition_result]
+        for code, message in answers:
+            if code not in (0, Errors.ElectionNotNeededError.errno):
+                error = Errors.for_code(code)
+                raise ReplmonError(f"unclean election of {topic}-{partition} failed: "
+                                   f"{getattr(error, 'message', error.__name__)}" + (f": {message}" if message else ""))
 
     def describe(self) -> dict[str, Any]:
         return json.loads(self.spec.model_dump_json())
