@@ -20,7 +20,7 @@ import pytest
 from replmon.core.errors import ReplmonError
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
-from replmon.testbed.localcluster.cluster import cluster_pids
+from replmon.testbed.localcluster.cluster import cluster_dir_to_start, cluster_pids
 from replmon.testbed.localcluster.properties import BROKER_DEFAULTS
 from replmon.testbed.workload import readable_sequences
 
@@ -213,6 +213,23 @@ def test_cluster_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
         out = replmon("cluster", *args, "--dir", str(tmp_path / "none"))
         assert out.returncode == 2, args
         assert "no local cluster in" in out.stderr, args
+
+
+def test_a_command_given_a_cluster_dir_starts_its_cluster_there(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """`replmon run` and `replmon demo` start the local cluster where --cluster-dir says, new or not (run started
+    the default one, then looked for it in the given directory); without it, the one `up` started last while it
+    is there, else the default directory."""
+    monkeypatch.setenv("REPLMON_STATE_DIR", str(tmp_path / "state"))
+    assert cluster_dir_to_start(tmp_path / "new") == (tmp_path / "new").resolve()
+    assert cluster_dir_to_start(None) is None  # nothing started yet: the default directory
+    last = tmp_path / "last"
+    last.mkdir()
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "last-cluster").write_text(str(last))
+    assert cluster_dir_to_start(None) is None  # the last one is gone
+    (last / "cluster.json").write_text("{}")
+    assert cluster_dir_to_start(None) == last
 
 
 # ---------------------------------------------------------------------------------------------- replication

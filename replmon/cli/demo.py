@@ -43,7 +43,7 @@ from replmon.testbed.harness import (
     metric,
     start_transport,
 )
-from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+from replmon.testbed.localcluster import LocalCluster, NodeState, cluster_dir_to_start, resolve_cluster_dir
 from replmon.testbed.workload import SequencedProducer, committed_unreadable, log_held, readable_records
 from streaming.exporter import Scraped
 
@@ -128,17 +128,18 @@ class Demo:
         # the watched cluster is the default or last one, resolved before the transport starts; the transport
         # starts first because LocalCluster.up remembers the cluster it started last, and that must stay the
         # watched one (`replmon cluster status` afterwards)
-        cdir = resolve_cluster_dir(self.cluster_dir)
+        cdir, start_at = resolve_cluster_dir(self.cluster_dir), cluster_dir_to_start(self.cluster_dir)
         self.say("starting a one-broker local cluster for samples and events (deleted at the end)")
         self.transport = start_transport(self.work / "transport")
         exists = (cdir / "cluster.json").exists()
         self.cluster_was_running = exists and all(
             s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
+        where = cdir if self.cluster_was_running else start_at
         if self.cluster_was_running:
             self.say(f"using the running local cluster in {cdir}")
         else:
-            self.say(f"starting the local cluster in {cdir if exists else 'its default directory'}")
-        self.cluster = LocalCluster.up(cdir if exists else None, die_with_parent=not self.cluster_was_running)
+            self.say(f"starting the local cluster in {where or 'its default directory'}")
+        self.cluster = LocalCluster.up(where, die_with_parent=not self.cluster_was_running)
         if len(self.cluster.broker_ids) < 3:
             raise ReplmonError(f"the demo needs 3 brokers; the local cluster in {self.cluster.dir} has "
                                f"{len(self.cluster.broker_ids)} (`replmon cluster down --purge` and retry)")

@@ -16,7 +16,7 @@ from replmon.cli.targets import with_default_cluster
 from replmon.core.config import ReplmonConfig, load_config
 from replmon.core.processes import interrupt_on_sigterm, stop_processes
 from replmon.testbed.harness import spawn_stage, stage_command
-from replmon.testbed.localcluster import LocalCluster, NodeState, resolve_cluster_dir
+from replmon.testbed.localcluster import LocalCluster, NodeState, cluster_dir_to_start, resolve_cluster_dir
 from streaming.service import run_job_until_stopped
 
 if TYPE_CHECKING:
@@ -119,6 +119,8 @@ def ensure_local_cluster(base: ReplmonConfig, cluster_dir: Path | None = None) -
     running = (cdir / "cluster.json").exists() and all(
         s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
     if not running:
-        err.print("replmon run: no cluster configured; starting the local cluster")
-        LocalCluster.up(cdir if (cdir / "cluster.json").exists() else None)
+        where = cluster_dir_to_start(cluster_dir)
+        err.print(f"replmon run: no cluster configured; starting the local cluster in "
+                  f"{where or 'its default directory'}")
+        LocalCluster.up(where)
     return base

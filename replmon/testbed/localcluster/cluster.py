@@ -113,6 +113,16 @@ def resolve_cluster_dir(path: Path | str | None) -> Path:
     return default_cluster_dir().resolve()
 
 
+def cluster_dir_to_start(path: Path | str | None) -> Path | None:
+    """Where ``up`` starts the cluster of a command given ``path`` (``--cluster-dir``): that directory, made there
+    on first use; else the cluster ``up`` started last, when it is still there; else None (the default
+    directory)."""
+    if path is not None:
+        return Path(path).expanduser().resolve()
+    last = resolve_cluster_dir(None)
+    return last if (last / "cluster.json").exists() else None
+
+
 REGISTRATION_PROBE_TIMEOUT_MS = 5000
 """A bootstrap on loopback answers within this, TLS and SCRAM included, or the probe is tried again."""
 
