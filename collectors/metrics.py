@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from replmon.core.metrics_http import serve_metrics
 
 CYCLE_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -44,5 +46,4 @@ class CollectorMetrics:
     def serve(self, host: str, port: int) -> Any:
         """Serve /metrics over HTTP from a daemon thread (port 0: a free one, ``server.server_port`` tells which);
         returns the server (``.shutdown()`` stops it)."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return server
+        return serve_metrics(self.registry, host, port, "collector.metrics_port")

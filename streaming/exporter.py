@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from replmon.contracts.metrics import BY_NAME, CATALOG, MetricSpec
+from replmon.core.metrics_http import serve_metrics
 from streaming.serving import Partials, budgeted, combine, event_counts
 
 KEY = ["cluster", "topic", "partition"]
@@ -321,7 +322,7 @@ class JobExporter(Collector):
         """Serve /metrics on host:port (port 0: a free one); returns the port. Serving again (a restarted
         job) keeps the one server."""
         if self._port is None:
-            server, _thread = start_http_server(port, addr=host, registry=self.registry)
+            server = serve_metrics(self.registry, host, port, "stream.metrics_port")
             self._port = int(server.server_port)
         return self._port
 

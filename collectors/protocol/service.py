@@ -13,7 +13,6 @@ from collectors.protocol.runner import Collector, collector_id
 from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
 from replmon.core import redact
 from replmon.core.config import ReplmonConfig
-from replmon.core.errors import ReplmonError
 from replmon.core.security import Role, check_access
 
 OUR_LOGGERS = ("collectors", "replmon")
@@ -64,11 +63,7 @@ def collect(config: ReplmonConfig, *, once: bool = False, json_lines: bool = Fal
             return 0 if flushed else 1
         host, port = config.collector.metrics_host, config.collector.metrics_port
         if port is not None:
-            try:
-                server = metrics.serve(host, port)
-            except OSError as exc:
-                raise ReplmonError(f"cannot serve metrics on {host}:{port}: {exc.strerror} (set "
-                                   "collector.metrics_port to another port, or 0 for a free one)") from None
+            server = metrics.serve(host, port)
             print(f"replmon collect: metrics on http://{host}:{server.server_port}/metrics", file=sys.stderr,
                   flush=True)
         stop = threading.Event()
