@@ -46,4 +46,4 @@ class CollectorMetrics:
     def serve(self, host: str, port: int) -> Any:
         """Serve /metrics over HTTP from a daemon thread (port 0: a free one, ``server.server_port`` tells which);
         returns the server (``.shutdown()`` stops it)."""
-        return serve_metrics(self.registry, host, port, "collector.metrics_port")
+        return serve_metrics(self.registry, host, port, "collector")

@@ -322,7 +322,7 @@ class JobExporter(Collector):
         """Serve /metrics on host:port (port 0: a free one); returns the port. Serving again (a restarted
         job) keeps the one server."""
         if self._port is None:
-            server = serve_metrics(self.registry, host, port, "stream.metrics_port")
+            server = serve_metrics(self.registry, host, port, "stream")
             self._port = int(server.server_port)
         return self._port
 

@@ -28,6 +28,10 @@ def test_a_taken_metrics_port_is_one_clear_error_and_port_0_a_free_one(serve: Ca
             serve("127.0.0.1", taken)
     assert str(info.value) == (f"cannot serve metrics on 127.0.0.1:{taken}: Address already in use (set {setting} "
                                "to another port, or 0 for a free one)")
+    with pytest.raises(ReplmonError) as info:
+        serve("203.0.113.77", 0)  # TEST-NET-3 (RFC 5737): documentation only, no host's address
+    assert str(info.value) == ("cannot serve metrics on 203.0.113.77:0: Cannot assign requested address (set "
+                               f"{setting.replace('_port', '_host')} to an address of this host)")
     port = serve("127.0.0.1", 0)
     assert port > 0
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
