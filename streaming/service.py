@@ -8,23 +8,13 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
 from replmon.core.config import ReplmonConfig
+from replmon.core.console import say
 from replmon.core.errors import ReplmonError
 from replmon.core.processes import interrupt_on_sigterm, stop_signalled
 
 if TYPE_CHECKING:
     from streaming.job import RunningJob
-
-err = Console(stderr=True, highlight=False)
-
-
-def say(line: str) -> None:
-    """A log line as it is: one line whatever the terminal's width (a URL stays whole for grep), and a Spark
-    error's ``[ERROR_CLASS]`` text, not rich markup."""
-    err.print(line, markup=False, soft_wrap=True)
-
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0

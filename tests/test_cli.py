@@ -137,7 +137,7 @@ def test_package_builds_the_code_archive_and_prints_the_spark_submit_command(
 def test_the_jobs_log_lines_stay_whole_whatever_they_hold(capsys: pytest.CaptureFixture[str]) -> None:
     """A line of `replmon stream` is one line in a log of any width (a URL stays whole for grep), and a Spark
     error's ``[ERROR_CLASS]`` in it is text, not markup."""
-    from streaming.service import say
+    from replmon.core.console import say
 
     line = ("replmon stream: a query failed ([STREAM_FAILED] Query [id = 1, runId = 2] terminated with exception: "
             + "x" * 200 + "); restarting from the checkpoint")

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
+from kafka import KafkaProducer
 
 from replmon.cli import main
-from replmon.cli.events import EventFilter, canonical, event_type
+from replmon.cli.events import EventFilter, canonical, event_type, topic_events, topic_record
 from replmon.contracts.events import Event, EventType, Severity
+from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
+from replmon.testbed.kafka_view import KafkaView, wait_until
+from replmon.testbed.localcluster import LocalCluster
 
 EVENT = Event(event_id="e1", type=EventType.LEADER_CHANGE, severity=Severity.CRITICAL, cluster="c", topic="t",
               partition=3, event_time_ms=1_700_000_000_000, detected_time_ms=1_700_000_001_000, brokers=[2],
@@ -74,3 +80,57 @@ def test_a_history_directory_that_does_not_exist_is_one_clear_line(tmp_path: Pat
         assert err == f"replmon: no history at {missing}: no such directory (the job's stream.history_dir, made " \
                       "when the job starts; --history-dir reads another)"
     assert not missing.exists()
+
+
+def test_a_topic_record_that_is_no_event_is_skipped_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    good = EVENT.model_dump_json().encode()
+    assert topic_record(good, "events-0 offset 1") == EVENT.model_dump(mode="json")
+    wrong = json.dumps({**json.loads(good), "severity": "CRITICAL"}).encode()
+    for value, why in [(wrong, "severity: Input should be 'info', 'warning' or 'critical'"),
+                       (b"not json", "Expecting value"), (b"[1]", "'list' object has no attribute 'items'"),
+                       (None, "'NoneType' object has no attribute 'items'")]:
+        assert topic_record(value, "events-0 offset 7") is None
+        err = capsys.readouterr().err
+        assert err.startswith("skipping events-0 offset 7: not an event record of this replmon (") and why in err
+        assert err.count("\n") == 1
+
+
+@pytest.mark.cluster
+def test_follow_waits_for_the_events_topic_and_gives_what_comes(cluster: LocalCluster, kafka_view: KafkaView,
+                                                                  topic_name: str,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--follow`` started before the job ever ran waits for the topic the job creates, then gives its events, a
+    record that is no event told and skipped."""
+    config = ReplmonConfig(transport={"bootstrap_servers": cluster.bootstrap_servers.split(","),
+                                      "events_topic": topic_name})
+    stop = threading.Event()
+    got: list[dict[str, Any]] = []
+
+    def follow() -> None:
+        for event in topic_events(config, None, follow=True, stop=stop):
+            got.append(event)
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    try:
+        wait_until(lambda: f"waiting for topic {topic_name} on " in capsys.readouterr().err, 30,
+                   "the follower waiting for the topic")
+        kafka_view.create_topic(topic_name, partitions=1)
+        producer = KafkaProducer(bootstrap_servers=cluster.bootstrap_servers)
+        try:
+            for value in (b"not an event", EVENT.model_dump_json().encode()):
+                producer.send(topic_name, key=b"e1", value=value).get(timeout=30)
+        finally:
+            producer.close()
+        told: list[str] = []
+
+        def both() -> bool:
+            told.append(capsys.readouterr().err)
+            return f"skipping {topic_name}-0 offset 0: " in "".join(told) and bool(got)
+
+        wait_until(both, 30, "the record that is no event told, and the event")
+    finally:
+        stop.set()
+        follower.join(30)
+    assert not follower.is_alive()
+    assert got == [EVENT.model_dump(mode="json")]

@@ -15,18 +15,20 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from replmon.contracts.events import Event, EventType
 from replmon.core.config import ReplmonConfig
+from replmon.core.console import say
 from replmon.core.errors import ReplmonError
 from replmon.core.processes import stop_signalled
 
-err = Console(stderr=True, highlight=False)
-
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 POLL_MS = 500
+TOPIC_POLL_S = 2.0
+"""How often ``--follow`` asks again for an events topic that does not exist yet."""
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -71,6 +73,18 @@ def canonical(record: dict[str, Any]) -> dict[str, Any]:
     topic or from the history's columns (where a missing number is NaN and an integer column may be float)."""
     return Event.model_validate({name: _plain(value) for name, value in record.items()
                                  if name in Event.model_fields}).model_dump(mode="json")
+
+
+def topic_record(value: bytes | None, where: str) -> dict[str, Any] | None:
+    """An events topic record as :func:`canonical` gives it; None, told in one line, for one that is not an event
+    of this version's contract (a newer job's, or another writer's): the others are still printed."""
+    try:
+        return canonical(json.loads(value or b"null"))
+    except (ValueError, TypeError, AttributeError) as exc:  # pydantic's ValidationError is a ValueError
+        reason = exc.errors(include_url=False, include_input=False)[0] if isinstance(exc, ValidationError) else None
+        why = f"{'.'.join(map(str, reason['loc']))}: {reason['msg']}" if reason else str(exc).splitlines()[0]
+        say(f"skipping {where}: not an event record of this replmon ({why})")
+        return None
 
 
 def _plain(value: Any) -> Any:
@@ -123,7 +137,14 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
         raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {exc}") from None
     try:
         partitions = consumer.partitions_for_topic(topic)
+        if not partitions and follow:  # the job creates the topic when it starts: followed from then on
+            say(f"waiting for topic {topic} on {','.join(servers)}: the job creates it when it starts")
+            waiting = stop or threading.Event()
+            while not partitions and not waiting.wait(TOPIC_POLL_S):
+                partitions = consumer.partitions_for_topic(topic)
         if not partitions:
+            if follow:
+                return
             raise ReplmonError(f"no topic {topic!r} on {','.join(servers)}: the job has published no event there "
                                "yet (or transport.events_topic names another topic)")
         tps = [TopicPartition(topic, p) for p in sorted(partitions)]
@@ -140,7 +161,9 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
         while stop is None or not stop.is_set():
             for records in consumer.poll(timeout_ms=POLL_MS).values():
                 for record in records:
-                    yield canonical(json.loads(record.value))
+                    event = topic_record(record.value, f"{topic}-{record.partition} offset {record.offset}")
+                    if event is not None:
+                        yield event
             if not caught_up and all(consumer.position(tp) >= end[tp] for tp in tps):
                 caught_up = True
                 if not follow:
@@ -182,7 +205,7 @@ def events(config: ReplmonConfig, *, source: str = "history", history_dir: str |
         root = history_dir or config.stream.history_dir
         found: Iterable[dict[str, Any]] = [e for e in history_events(root, config) if keep(e)]
         if not found and not as_json:
-            err.print(f"no events in {root}")
+            say(f"no events in {root}")
             return 0
     elif follow:
         with stop_signalled() as stop:  # Ctrl-C or SIGTERM ends the wait between two polls, quietly

@@ -11,13 +11,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from rich.console import Console
-
 from replmon import __version__
 from replmon.cli import cluster as cluster_commands
+from replmon.core.console import say
 from replmon.core.errors import ReplmonError
-
-err_console = Console(stderr=True, highlight=False)
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -243,10 +240,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.handler(args)
         return result
     except ReplmonError as exc:
-        err_console.print(f"replmon: {exc}", markup=False, soft_wrap=True)
+        say(f"replmon: {exc}")
         return 2
     except KeyboardInterrupt:
-        err_console.print("replmon: interrupted")
+        say("replmon: interrupted")
         return 130
 
 

@@ -10,10 +10,9 @@ import threading
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from rich.console import Console
-
 from replmon.cli.targets import with_default_cluster
 from replmon.core.config import ReplmonConfig, load_config
+from replmon.core.console import say
 from replmon.core.processes import interrupt_on_sigterm, stop_processes
 from replmon.testbed.harness import spawn_stage, stage_command
 from replmon.testbed.localcluster import LocalCluster, NodeState, cluster_dir_to_start, resolve_cluster_dir
@@ -22,7 +21,6 @@ from streaming.service import run_job_until_stopped
 if TYPE_CHECKING:
     from streaming.job import RunningJob
 
-err = Console(stderr=True, highlight=False)
 
 COLLECTOR_ENDPOINT = re.compile(r"replmon collect: metrics on (\S+)")
 ENDPOINT_WAIT_S = 30.0
@@ -96,12 +94,12 @@ def run(config_path: Path | None, cluster_dir: Path | None = None) -> int:
             assert procs[0].stderr is not None
             tee = StderrTee(procs[0].stderr)
             for cmd, proc in zip(commands, procs, strict=True):  # each prints its own endpoints as it starts
-                err.print(f"replmon run: started {' '.join(cmd[3:])} (pid {proc.pid})", markup=False, soft_wrap=True)
+                say(f"replmon run: started {' '.join(cmd[3:])} (pid {proc.pid})")
 
             def started(job: RunningJob) -> None:
                 if config.collector.metrics_port is not None:
                     tee.found.wait(ENDPOINT_WAIT_S)
-                err.print(summary(config, job, tee.endpoint), markup=False, soft_wrap=True)
+                say(summary(config, job, tee.endpoint))
 
             return run_job_until_stopped(config, on_started=started)
         except KeyboardInterrupt:
@@ -120,7 +118,6 @@ def ensure_local_cluster(base: ReplmonConfig, cluster_dir: Path | None = None) -
         s.state == NodeState.RUNNING for s in LocalCluster.open(cdir).status())
     if not running:
         where = cluster_dir_to_start(cluster_dir)
-        err.print(f"replmon run: no cluster configured; starting the local cluster in "
-                  f"{where or 'its default directory'}")
+        say(f"replmon run: no cluster configured; starting the local cluster in {where or 'its default directory'}")
         LocalCluster.up(where)
     return base
