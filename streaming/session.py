@@ -288,6 +288,22 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
+STOPPED_CONTEXT = "Cannot call methods on a stopped SparkContext"
+"""What the session's creation raises when Spark stopped the context it was starting: a standalone master that did
+not take the application ("All masters are unresponsive" in Spark's log), or a cluster manager that refused it."""
+
+
+def start_failure(error: BaseException) -> str:
+    """Why the session did not start, in one line: the innermost Java exception's message (a Py4J error's first line
+    names only the constructor that failed), or PySpark's own first line when no JVM answered."""
+    lines = pyspark_hooks.error_lines(error)
+    reason = lines[-1] if len(lines) > 1 else lines[0].split(": ", 1)[-1]
+    if STOPPED_CONTEXT in reason:
+        return ("Spark stopped the context it was starting: the master did not take the application (an "
+                "unreachable master: \"All masters are unresponsive\" in Spark's log above; stream.spark_master)")
+    return reason
+
+
 def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     # Spark's Python workers run the interpreter of this process (the project's venv) unless the platform names
     # another (PYSPARK_PYTHON, spark.pyspark.python)
@@ -311,8 +327,8 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
         builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
-    except Exception as exc:  # the JVM did not start or the connector did not resolve
-        raise ReplmonError(f"cannot start Spark: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # the JVM did not start, the connector did not resolve, the master did not answer
+        raise ReplmonError(f"cannot start Spark (master {master}): {start_failure(exc)}") from exc
     spark.sparkContext.setLogLevel("WARN")
     if "spark.jars.ivy" in conf and "spark.jars.packages" in conf:  # resolved by Ivy now: the next start names
         remember_jars(Path(conf["spark.jars.ivy"]), conf["spark.jars.packages"].split(","),  # the jars instead
