@@ -15,10 +15,8 @@ from pathlib import Path
 import pytest
 from kafka import KafkaProducer
 
-from replmon.testbed.harness import write_config
 from replmon.testbed.kafka_view import KafkaView
 from replmon.testbed.localcluster import LocalCluster
-from replmon.testbed.localcluster.cluster import free_port
 from streaming.session import KAFKA_CONNECTOR, RESOLVED, ivy_dir
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -100,22 +98,3 @@ def test_the_connector_is_resolved_once_then_given_as_jars(
     assert len(named) < len(resolved["jars"])
     assert not second["files"], "no jar copied among the session's files"
 
-
-@pytest.mark.timeout(300)
-def test_a_master_that_does_not_answer_is_one_line_naming_it(healthy_cluster: LocalCluster, tmp_path: Path) -> None:
-    """Spark gives up on a standalone master nothing answers at after its registration timeout, stops the context it
-    was starting, and the session's constructor fails on the stopped context: the line says what happened and the
-    setting, not Py4J's "error occurred while calling None.org.apache.spark.sql.classic.SparkSession"."""
-    master = f"spark://127.0.0.1:{free_port()}"
-    config = write_config(tmp_path / "replmon.yaml", {
-        "transport": {"bootstrap_servers": healthy_cluster.bootstrap_servers.split(",")},
-        "stream": {"spark_master": master, "code_archive": "none", "checkpoint_dir": str(tmp_path / "checkpoint"),
-                   "history_dir": str(tmp_path / "history")}})
-    done = subprocess.run([sys.executable, "-m", "replmon.cli", "stream", "--config", str(config)],
-                          capture_output=True, text=True, timeout=240, cwd=Path(__file__).resolve().parents[1])
-    assert done.returncode == 2, done.stderr[-4000:]
-    assert done.stderr.splitlines()[-1] == (
-        f"replmon: cannot start Spark (master {master}): Spark stopped the context it was starting: the master did "
-        "not take the application (an unreachable master: \"All masters are unresponsive\" in Spark's log above; "
-        "stream.spark_master)")
-    assert "All masters are unresponsive" in done.stderr

@@ -7,6 +7,7 @@ import json
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -23,6 +24,7 @@ from streaming.buckets import (
     task_of_ids,
 )
 from streaming.parse import processor_input
+from streaming.session import STOPPED_CONTEXT, start_failure
 from streaming.storage import HadoopDirectory
 from tests.test_stream_parsing import KAFKA_RECORD, partition_sample
 
@@ -171,3 +173,23 @@ def test_a_checkpoint_or_history_the_job_cannot_write_is_one_clear_error_before_
         assert message.startswith(f"cannot write to {where} ({setting}): ") and "\n" not in message, message
         assert not spark.streams.active
     assert not list(good.glob("checkpoint/**/*"))  # nothing written where it could be: no layout, no probe left
+
+
+@pytest.mark.spark
+def test_a_spark_start_failure_is_told_by_its_innermost_java_exception(spark: SparkSession) -> None:
+    """What ``cannot start Spark (master ...): ...`` says (streaming.session.start_failure), from real Py4J errors:
+    the innermost Java exception, not Py4J's "An error occurred while calling None.org.apache...SparkSession"."""
+    jvm: Any = spark._jvm
+    with pytest.raises(Exception) as info:  # PySpark gives a Py4J error or a captured one
+        jvm.java.lang.Integer.parseInt("x")
+    assert start_failure(info.value) == 'java.lang.NumberFormatException: For input string: "x"'
+    # a standalone master that never took the application: after its registration timeout Spark stops the context
+    # it was starting, and the session's constructor fails on the stopped context with this message
+    with pytest.raises(Exception) as info:  # PySpark gives a Py4J error or a captured one
+        jvm.java.util.Objects.requireNonNull(None, f"{STOPPED_CONTEXT}. This stopped SparkContext was created at:")
+    assert start_failure(info.value) == (
+        "Spark stopped the context it was starting: the master did not take the application (an unreachable "
+        "master: \"All masters are unresponsive\" in Spark's log above; stream.spark_master)")
+    # no JVM answered at all: PySpark's own error
+    gateway = "[JAVA_GATEWAY_EXITED] Java gateway process exited before sending its port number."
+    assert start_failure(RuntimeError(gateway)) == gateway
