@@ -34,7 +34,7 @@ from typing import IO, Any, Protocol
 from collectors.metrics import CollectorMetrics
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
-from replmon.core.config import ReplmonConfig
+from replmon.core.config import ReplmonConfig, TransportConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.kafka_producers import close_producer
 from replmon.core.kafka_topics import ensure_topic
@@ -68,7 +68,8 @@ def record_key(sample: Sample) -> bytes:
     return sample_key(sample.cluster, sample.topic, sample.partition)
 
 
-def encode_records(samples: Iterable[Sample], sample_format: str = "batch") -> list[Record]:
+def encode_records(samples: Iterable[Sample],
+                   sample_format: str = TransportConfig.model_fields["sample_format"].default) -> list[Record]:
     """The records of ``samples``: with ``sample_format`` "batch", a cycle's partition samples as
     ``partition_batch/v1`` records (:func:`replmon.contracts.batches.encode_batch`, keyed ``cluster/#group``),
     every other sample as its JSON record; with "json", every sample as its JSON record

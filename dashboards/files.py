@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from dashboards.build import build_all, to_json
+from replmon.core.config import GrafanaConfig
 
 HERE = Path(__file__).resolve().parent
 GRAFANA_DASHBOARDS_DIR = "/etc/grafana/dashboards/replmon"
@@ -22,6 +23,10 @@ GRAFANA_DASHBOARDS_DIR = "/etc/grafana/dashboards/replmon"
 COMPOSE_PROMETHEUS_URL = "http://prometheus:9090"
 
 HEADER = "# Written by `replmon dashboards build` (dashboards/files.py): edit the code, not this file.\n"
+
+
+DEFAULT_FOLDER: str = GrafanaConfig.model_fields["folder"].default
+"""grafana.folder by default."""
 
 
 def dashboard_provider(folder: str) -> dict[str, Any]:
@@ -39,7 +44,7 @@ def datasource(url: str = COMPOSE_PROMETHEUS_URL) -> dict[str, Any]:
     }]}
 
 
-def rendered(folder: str = "replmon") -> dict[str, str]:
+def rendered(folder: str = DEFAULT_FOLDER) -> dict[str, str]:
     """Relative path -> file content, for everything ``build`` writes."""
     files = {f"generated/{uid}.json": to_json(data) for uid, data in build_all().items()}
     files["provisioning/dashboards/replmon.yml"] = HEADER + yaml.safe_dump(dashboard_provider(folder),
@@ -48,7 +53,7 @@ def rendered(folder: str = "replmon") -> dict[str, str]:
     return files
 
 
-def write_all(root: Path = HERE, folder: str = "replmon") -> list[Path]:
+def write_all(root: Path = HERE, folder: str = DEFAULT_FOLDER) -> list[Path]:
     """Write every file under ``root``; JSON files of dashboards that no longer exist are removed."""
     files = rendered(folder)
     written = []
