@@ -105,8 +105,8 @@ SPARK_HASH_SEED = 42
 def task_of_ids(count: int, tasks: int) -> list[int]:
     """The state query's task of each id 0..count-1: Spark's hash partitioning of the int grouping key,
     ``pmod(hash(id), tasks)``, where Spark's ``hash`` of an int is Murmur3 x86_32 of its four little-endian bytes
-    with seed 42 (tested against Spark's). Computed here: as a Spark job it was the JVM's first job, ~3 s of a new
-    checkpoint's start (docs/benchmarks.md, "Job start-up")."""
+    with seed 42 (tested against Spark's). Computed here: as a Spark job it would be the JVM's first job, ~3 s of a
+    new checkpoint's start (docs/benchmarks.md, "Job start-up")."""
     return [mmh3.hash(struct.pack("<i", i), SPARK_HASH_SEED) % tasks for i in range(count)]
 
 

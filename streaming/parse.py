@@ -4,9 +4,9 @@ its state bucket; each batch record split by bucket (:mod:`streaming.batches`); 
 a check quarantined with its reason (:func:`judge`). The job never dies on bad input.
 
 Spark's plan for the stage is the Kafka source and one ``mapInArrow`` (:func:`processor_input`): the checks are not
-Spark expressions. Derived as SQL from the models they were ~2,800 expressions that every micro-batch planned and
-every read task deserialized, batch records included, which need none of them (docs/benchmarks.md, "Streaming
-job").
+Spark expressions. Derived as SQL from the models they would be ~2,800 expressions that every micro-batch plans
+and every read task deserializes, batch records included, which need none of them (docs/benchmarks.md,
+"Streaming job").
 """
 
 from __future__ import annotations
