@@ -11,17 +11,13 @@ from typing import TYPE_CHECKING
 from replmon.core.config import ReplmonConfig
 from replmon.core.console import say
 from replmon.core.errors import ReplmonError
-from replmon.core.processes import interrupt_on_sigterm, stop_signalled
+from replmon.core.processes import interrupt_on_sigterm, stop_signalled, wait_told
 
 if TYPE_CHECKING:
     from streaming.job import RunningJob
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
-TOPIC_POLL_S = 2.0
-"""How often the job asks again for a samples topic that does not exist yet."""
-
-
 def samples_topic_ready(config: ReplmonConfig, stop: threading.Event) -> bool:
     """Wait until the samples topic exists (the collectors create it when they first publish); True then, False
     when ``stop`` is set first. Told once: started before any collector, Spark's Kafka source would fail the query
@@ -29,16 +25,9 @@ def samples_topic_ready(config: ReplmonConfig, stop: threading.Event) -> bool:
     from replmon.core.kafka_topics import topic_missing
 
     topic = config.transport.samples_topic
-    told = False
-    while not stop.is_set():
-        if not topic_missing(config, topic):
-            return True
-        if not told:
-            say(f"replmon stream: waiting for topic {topic} on {','.join(config.samples_bootstrap())}: the "
-                "collectors create it when they first publish")
-            told = True
-        stop.wait(TOPIC_POLL_S)
-    return False
+    return bool(wait_told(lambda: not topic_missing(config, topic),
+                          f"replmon stream: waiting for topic {topic} on {','.join(config.samples_bootstrap())}: "
+                          "the collectors create it when they first publish", stop))
 
 
 def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJob], None] | None = None) -> int:

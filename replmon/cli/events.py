@@ -23,12 +23,10 @@ from replmon.contracts.events import Event, EventType
 from replmon.core.config import ReplmonConfig
 from replmon.core.console import say
 from replmon.core.errors import ReplmonError
-from replmon.core.processes import stop_signalled
+from replmon.core.processes import stop_signalled, wait_told
 
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 POLL_MS = 500
-TOPIC_POLL_S = 2.0
-"""How often ``--follow`` asks again for an events topic that does not exist yet."""
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -138,10 +136,9 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions and follow:  # the job creates the topic when it starts: followed from then on
-            say(f"waiting for topic {topic} on {','.join(servers)}: the job creates it when it starts")
-            waiting = stop or threading.Event()
-            while not partitions and not waiting.wait(TOPIC_POLL_S):
-                partitions = consumer.partitions_for_topic(topic)
+            partitions = wait_told(lambda: consumer.partitions_for_topic(topic),
+                                   f"waiting for topic {topic} on {','.join(servers)}: the job creates it when it "
+                                   "starts", stop or threading.Event())
         if not partitions:
             if follow:
                 return

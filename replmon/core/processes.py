@@ -65,6 +65,29 @@ def stop_signalled() -> Iterator[threading.Event]:
             signal.signal(s, h)
 
 
+TOPIC_POLL_S = 2.0
+"""How often a stage asks again for a topic another stage creates (:func:`wait_told`)."""
+
+
+def wait_told(probe: Callable[[], T | None], told: str, stop: threading.Event, interval_s: float = TOPIC_POLL_S
+              ) -> T | None:
+    """``probe``'s first truthy value, asked every ``interval_s`` for as long as it takes; None when ``stop`` is set
+    first. ``told`` is said once (:func:`replmon.core.console.say`) when the first answer is not yet: a stage that
+    waits for another (a topic it creates) says what it waits for, once."""
+    from replmon.core.console import say
+
+    said = False
+    while not stop.is_set():
+        value = probe()
+        if value:
+            return value
+        if not said:
+            say(told)
+            said = True
+        stop.wait(interval_s)
+    return None
+
+
 def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25,
                fatal: tuple[type[BaseException], ...] = ()) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
