@@ -15,8 +15,11 @@ are counted as samples, whatever a record holds (the batch producer logs each re
 1. backlog: ``--backlog-cycles`` cycles over ``--partitions`` partitions (RF 3) written as fast as possible;
 2. baseline: a stateless query (processor_input: the processor's input rows to Spark's noop sink) reads the
    backlog;
-3. job: the real job (streaming.job.start_job) reads the same backlog from the start: its capacity; then the
-   baseline again (a machine whose speed drifts during the run moves both baselines);
+3. job: the real job (streaming.job.start_job) reads the same backlog from the start: its capacity; with
+   ``--stateful-floor``, then the same stateful query without detection (processor_input, the shuffle into state
+   buckets and transformWithStateInPandas, its processor reading its rows and keeping a count: what keeping state
+   in Spark costs on this transport, to Spark's noop sink); then the baseline again (a machine whose speed drifts
+   during the run moves both baselines);
 4. live: a fresh job (startingOffsets latest) while the producer paces ``--rate`` samples/s (one cycle per
    ``partitions / rate`` s) for ``--duration`` s: processed rate, sample-to-metric latency;
    then the same at a rate the job keeps up with (``--kept-fraction`` of its capacity in phase 3, or
@@ -460,6 +463,31 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
 # ---------------------------------------------------------------- memory
 
 
+def stateful_floor() -> Any:
+    """A state processor that detects nothing: each bucket reads its input rows, loads its state and saves a count
+    in it, as :class:`streaming.processor.ReplicationProcessor` loads and saves its table, and outputs one row. The
+    query around it is the job's without detection: what any job that keeps its state in Spark pays."""
+    from pyspark.sql.streaming import StatefulProcessor
+
+    from streaming.processor import STATE_SCHEMA
+
+    class StatefulFloor(StatefulProcessor):
+        def init(self, handle: Any) -> None:
+            self.state = handle.getListState("partitions", STATE_SCHEMA)
+
+        def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame], timerValues: Any) -> Iterator[pd.DataFrame]:
+            count = sum(len(frame) for frame in rows)
+            before = next(iter(self.state.get()), None)
+            seen = count + (0 if before is None else int(bytes(before[0])))
+            self.state.put([(str(seen).encode(),)])
+            yield pd.DataFrame({"bucket": [int(key[0])], "rows": [count]})
+
+        def close(self) -> None:
+            pass
+
+    return StatefulFloor()
+
+
 def rss_mb(pid: int) -> float:
     with contextlib.suppress(OSError):
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -661,6 +689,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
               for when, baseline, style in zip(("before the job", "after the job"), results["baselines"],
                                                ("o-", "D-"), strict=False)]
     curves += [("job, backlog", results["job_series"], "s-")]
+    if "floor" in results:
+        curves += [("stateful floor (the job's query without detection), backlog", results["floor"]["series"], "x-")]
     curves += [(f"job, {label} phase", phase["series"], style)
                for (label, phase), style in zip(phases, ("^-", "v-"), strict=False)]
     for name, series, style in curves:
@@ -722,7 +752,7 @@ def write_doc(command: str, table: list[tuple[str, str, str, str]], notes: list[
 
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    from streaming.buckets import default_buckets, state_tasks
+    from streaming.buckets import default_buckets, new_bucket_ids, state_tasks
     from streaming.job import RunningJob, start_job
     from streaming.parse import processor_input
     from streaming.pyspark_hooks import JsonProgressListener
@@ -839,6 +869,34 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                   f"({out['read']:,} read)", flush=True)
             return out
 
+        def run_floor() -> dict[str, Any]:
+            """The job's query without detection (:func:`stateful_floor`) on the backlog, from its start."""
+            ids = new_bucket_ids(results["state_buckets"], state_tasks(spark))  # balanced, as the job's
+            floor = (processor_input(kafka_source(spark, config), ids)
+                     .groupBy("bucket")
+                     .transformWithStateInPandas(statefulProcessor=stateful_floor(),
+                                                 outputStructType="bucket int, rows long", outputMode="Append",
+                                                 timeMode="None")
+                     .writeStream.queryName("bench-floor").format("noop")
+                     .option("checkpointLocation", str(work / "floor" / "checkpoint"))
+                     .trigger(processingTime=f"{args.trigger} seconds").start())
+
+            def floor_alive() -> None:
+                if not floor.isActive:
+                    raise RuntimeError(f"stateful floor query died: {floor.exception()}")
+
+            read_until(floor, backlog, args.phase_timeout, floor_alive, args.warmup_timeout)
+            floor.stop()
+            progress = of_run(floor)
+            out: dict[str, Any] = {"read": counts.at(end_offsets(progress[-1])) if progress else 0}
+            out["rate"], out["batches"], out["series"] = capacity(progress, skip)
+            if args.stages:
+                out["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
+                out["batch_s"] = mean_batch_s(progress, skip)
+            print(f"stateful floor: {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
+                  f"({out['read']:,} read)", flush=True)
+            return out
+
         # 2. baseline (and 3b. again after the job: the ratio is against their mean, so that a machine that
         # slows down or speeds up during the run does not pass for the job's doing)
         results["t0"] = time.time()
@@ -888,6 +946,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         results["backlog_timings"] = [t for t in timings if t["t"] <= backlog_done][skip:]
         print(f"job: {results['job_rate']:,.0f} samples/s over {results['job_batches']} steady batches "
               f"({results['job_read']:,} read)", flush=True)
+        if args.stateful_floor:
+            results["floor"] = run_floor()
         results["baselines"].append(run_baseline("baseline-after"))
         results["baseline_rate"] = float(np.mean([b["rate"] for b in results["baselines"]]))
 
@@ -1112,6 +1172,10 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
          f"{r['baselines'][0]['first_s']:.0f} s / {r['job_first_s']:.0f} s for {args.backlog_batch:,} rows",
          "", ""),
         ("job / baseline", f"{ratio:.2f}", "≥ 0.8", ok[ratio >= 0.8]),
+        *([("stateful floor: the job's query without detection (the same shuffle into state buckets and "
+            "transformWithStateInPandas, its processor only reading its rows and keeping a count), noop sink; "
+            "/ baseline", f"{r['floor']['rate']:,.0f} samples/s; {r['floor']['rate'] / r['baseline_rate']:.2f}",
+            "", "")] if "floor" in r else []),
         *live_rows(r["live"], "live", f"≥ {0.8 * r['live']['rate']:,.0f}"),
         *(live_rows(r["kept"], "kept rate", "") if "kept" in r else []),
         (f"driver JVM heap used after GC, {r['tracked']:,} partitions tracked"
@@ -1208,6 +1272,10 @@ def steady_stages_note(r: dict[str, Any]) -> str:
     for when, b in zip(("before", "after"), baselines, strict=False):
         text += (f"; the baseline {when} the job ({b['batches']} of {b['batch_s']:.2f} s): "
                  f"{per_batch(b['steady_stages'], b['batches'])}")
+    floor = r.get("floor", {})
+    if floor.get("steady_stages"):
+        text += (f"; the stateful floor ({floor['batches']} of {floor['batch_s']:.2f} s): "
+                 f"{per_batch(floor['steady_stages'], floor['batches'])}")
     return text + "."
 
 
@@ -1311,6 +1379,8 @@ def main() -> int:
     parser.add_argument("--stages", action="store_true",
                         help="Spark's UI on, and the job's stages on the backlog summed from its REST API")
     parser.add_argument("--cprofile", action="store_true", help="cProfile the processor in the Python workers")
+    parser.add_argument("--stateful-floor", action="store_true",
+                        help="after the job, the same stateful query without detection on the backlog")
     parser.add_argument("--spark-conf", type=spark_setting, action="append", default=[], metavar="KEY=VALUE",
                         help="a Spark setting over the job's (stream.spark_conf), for A/B runs; repeatable")
     args = parser.parse_args()
