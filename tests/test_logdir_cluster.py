@@ -4,6 +4,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +205,28 @@ def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, view: Kafka
     assert sorted(published) == cluster.broker_ids
     assert all(s["log_end_offset"] == 0 and s["error"] is None for s in published.values())
 
+
+
+def test_sigterm_stops_the_agent_after_its_cycle(cluster: LocalCluster) -> None:
+    """SIGTERM (a container or a unit stopped) stops the agent as Ctrl-C does: the cycle under way ends, what it read
+    is flushed, it says so and exits 0, where Python's default would end it at once, its samples unflushed."""
+    proc = subprocess.Popen([sys.executable, "-m", "replmon.cli", "agent", "--log-dir",
+                             str(cluster.broker_log_dir(cluster.broker_ids[0])), "--output", "-"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    assert proc.stdout is not None and proc.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: lines, 60, "the agent's first samples")
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
+        reader.join(timeout=10)
+        said = proc.stderr.read()
+        assert said.splitlines()[-1:] == ["replmon agent: stopping"] and "Traceback" not in said, said
+        samples = [parse_sample(line) for line in lines]  # every line whole: the last cycle was not cut
+        assert any(isinstance(s, ReplicaSample) for s in samples)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)

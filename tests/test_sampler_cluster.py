@@ -327,7 +327,9 @@ def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
 
 def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCluster, view: KafkaView,
                                                                  topic_name: str, tmp_path: Path) -> None:
-    """Two collectors on one host need no port planning: ``metrics_port: 0`` picks a free port, printed at start."""
+    """Two collectors on one host need no port planning: ``metrics_port: 0`` picks a free port, printed at start.
+    SIGTERM (a container or a unit stopped) stops each as Ctrl-C does: its cycle ends, it says so and exits 0, where
+    Python's default would end it at once, its samples unflushed."""
     import re
 
     from streaming.exporter import scrape
@@ -352,10 +354,18 @@ def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCl
         for port in ports:
             wait_until(lambda port=port: sum(v for _, v in scrape(port).get("replmon_collector_cycles_total", [])) >= 1,
                        60, f"a cycle counted on port {port}")
-    finally:
         for proc in procs:
             proc.terminate()
-            proc.wait(timeout=30)
+        for proc in procs:
+            assert proc.wait(timeout=30) == 0
+            assert proc.stderr is not None
+            said = proc.stderr.read()
+            assert said.splitlines()[-1:] == ["replmon collect: stopping"] and "Traceback" not in said, said
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
 
 
 def test_a_broker_that_stops_answering_costs_a_cycle_a_bounded_share_of_its_interval(

@@ -10,8 +10,9 @@ meanwhile.
 
 from __future__ import annotations
 
+import contextlib
 import socket
-import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -19,14 +20,16 @@ from pathlib import Path
 from collectors.logdir.files import VerifiedBatches
 from collectors.logdir.metadata.tail import MetadataTail, TailRead, find_metadata_log
 from collectors.logdir.scanner import LogDirScan, read_broker_id, scan_log_dirs
+from replmon.core import console
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
+from replmon.core.processes import stop_signalled
 
 ONCE_FLUSH_TIMEOUT_S = 15.0
 
 
 def say(message: str) -> None:
-    print(f"replmon agent: {message}", file=sys.stderr, flush=True)
+    console.say(f"replmon agent: {message}")
 
 
 def cluster_name(config: ReplmonConfig, log_dirs: Sequence[Path]) -> str:
@@ -122,42 +125,48 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
             sink.publish(read.changes)
 
     cycle = 0
-    try:
-        next_tick = time.monotonic()
-        while True:
-            follow_metadata()
-            scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, broker_id, verified)
-            reporter.report(scans)
-            sink.publish(s for scan in scans for s in scan.samples)
-            if once:
-                delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S) and not sink.dropped
-                if not delivered:
-                    why = getattr(sink, "outage", None)
-                    say(f"{sink.buffered + sink.dropped} sample(s) not delivered within {ONCE_FLUSH_TIMEOUT_S:g} s"
-                        + (f": {why}" if why else ""))
-                return 1 if not delivered or any(scan.error for scan in scans) else 0
-            cycle += 1
-            next_tick += interval
-            now = time.monotonic()
-            if now > next_tick:
-                skipped = int((now - next_tick) // interval) + 1
-                say(f"cycle {cycle - 1} took longer than the interval ({interval:g} s): skipping {skipped} "
-                    "cycle(s)")
-                next_tick += skipped * interval
-            _wait(next_tick, None if tail is None else config.collector.metadata_interval_s, follow_metadata)
-    finally:
-        sink.close()
+    # SIGTERM (a container or a unit stopped) as Ctrl-C, outside --once: the cycle under way ends, then the samples
+    # are flushed
+    with contextlib.nullcontext(threading.Event()) if once else stop_signalled() as stop:
+        try:
+            next_tick = time.monotonic()
+            while True:
+                follow_metadata()
+                scans = scan_log_dirs(log_dirs, cluster, agent_id, cycle, broker_id, verified)
+                reporter.report(scans)
+                sink.publish(s for scan in scans for s in scan.samples)
+                if once:
+                    delivered = sink.flush(timeout_s=ONCE_FLUSH_TIMEOUT_S) and not sink.dropped
+                    if not delivered:
+                        why = getattr(sink, "outage", None)
+                        say(f"{sink.buffered + sink.dropped} sample(s) not delivered within "
+                            f"{ONCE_FLUSH_TIMEOUT_S:g} s" + (f": {why}" if why else ""))
+                    return 1 if not delivered or any(scan.error for scan in scans) else 0
+                cycle += 1
+                next_tick += interval
+                now = time.monotonic()
+                if now > next_tick:
+                    skipped = int((now - next_tick) // interval) + 1
+                    say(f"cycle {cycle - 1} took longer than the interval ({interval:g} s): skipping {skipped} "
+                        "cycle(s)")
+                    next_tick += skipped * interval
+                _wait(next_tick, None if tail is None else config.collector.metadata_interval_s, follow_metadata,
+                      stop)
+                if stop.is_set():
+                    say("stopping")
+                    return 0
+        finally:
+            sink.close()
 
 
-def _wait(until: float, every_s: float | None, poll: Callable[[], None]) -> None:
-    """Sleep until the monotonic time ``until``, calling ``poll`` every ``every_s`` meanwhile (when given)."""
-    while True:
+def _wait(until: float, every_s: float | None, poll: Callable[[], None], stop: threading.Event) -> None:
+    """Wait until the monotonic time ``until`` or ``stop``, calling ``poll`` every ``every_s`` meanwhile (when
+    given)."""
+    while not stop.is_set():
         left = until - time.monotonic()
         if left <= 0:
             return
-        if every_s is None:
-            time.sleep(left)
+        if stop.wait(left if every_s is None else min(left, every_s)) or every_s is None:
             return
-        time.sleep(min(left, every_s))
         if until - time.monotonic() > 0:
             poll()

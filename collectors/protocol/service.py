@@ -6,13 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import threading
 
 from collectors.metrics import CollectorMetrics
 from collectors.protocol.runner import Collector, collector_id
 from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
 from replmon.core import redact
 from replmon.core.config import ReplmonConfig
+from replmon.core.console import say
+from replmon.core.processes import stop_signalled
 from replmon.core.security import Role, check_access
 
 OUR_LOGGERS = ("collectors", "replmon")
@@ -66,12 +67,11 @@ def collect(config: ReplmonConfig, *, once: bool = False, json_lines: bool = Fal
             server = metrics.serve(host, port)
             print(f"replmon collect: metrics on http://{host}:{server.server_port}/metrics", file=sys.stderr,
                   flush=True)
-        stop = threading.Event()
-        try:
+        # SIGTERM (a container or a unit stopped) as Ctrl-C: the cycles under way end, the samples are flushed
+        with stop_signalled() as stop:
             collector.run(stop)
-        except KeyboardInterrupt:
-            stop.set()
-            raise
+            if stop.is_set():
+                say("replmon collect: stopping")
         return 0
     finally:
         if server is not None:
