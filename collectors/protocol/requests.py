@@ -207,7 +207,7 @@ def _topic_id(value: Any) -> str | None:
 
 
 def metadata_request() -> Any:
-    """Metadata for every topic (brokers older than 3.7, without DescribeTopicPartitions)."""
+    """Metadata for every topic (brokers older than 3.8, without DescribeTopicPartitions)."""
     return MetadataRequest(topics=None, allow_auto_topic_creation=False)
 
 
