@@ -17,6 +17,7 @@ import yaml
 from replmon.cli import build_parser
 from replmon.core.config import load_config
 from replmon.testbed.localcluster import KAFKA_VERSION
+from streaming.batch import STOP_BATCH_WAIT_S
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yml"
@@ -108,6 +109,15 @@ def test_replmon_commands_are_valid_cli_invocations() -> None:
         assert config.is_file(), f"{name}: {args.config} comes from {config}, which does not exist"
         load_config(config)  # ReplmonError if the file does not fit the schema
     assert seen == {"collect", "agent", "stream"}
+
+
+def test_each_replmon_service_has_time_for_its_clean_stop() -> None:
+    """SIGTERM stops each stage cleanly (the job after the micro-batch in flight, up to STOP_BATCH_WAIT_S, then
+    Spark's own stop): Docker's default grace before SIGKILL, 10 s, is not enough for the job."""
+    for name, service in _replmon_services().items():
+        grace = re.fullmatch(r"(\d+)s", str(service.get("stop_grace_period", "10s")))
+        assert grace is not None, f"{name}: stop_grace_period {service['stop_grace_period']!r} is not in seconds"
+        assert int(grace.group(1)) >= STOP_BATCH_WAIT_S + 15, f"{name}: {grace.group(0)} to stop in"
 
 
 def test_parser_rejects_an_invalid_command() -> None:
