@@ -844,58 +844,43 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 time.sleep(0.5)
             return False
 
-        def run_baseline(run: str) -> dict[str, Any]:
-            """The stateless baseline on the backlog, from its start (a fresh checkpoint per run)."""
-            raw = kafka_source(spark, config)
-            baseline = (processor_input(raw, range(results["state_buckets"])).writeStream
-                        .queryName("bench-baseline").format("noop")
-                        .option("checkpointLocation", str(work / run / "checkpoint"))
-                        .trigger(processingTime=f"{args.trigger} seconds").start())
+        def run_to_noop(frame: Any, run: str, what: str) -> dict[str, Any]:
+            """``frame`` (a query over the backlog from its start) to Spark's noop sink, with a fresh checkpoint."""
+            query = (frame.writeStream.queryName(f"bench-{run}").format("noop")
+                     .option("checkpointLocation", str(work / run / "checkpoint"))
+                     .trigger(processingTime=f"{args.trigger} seconds").start())
 
-            def baseline_alive() -> None:
-                if not baseline.isActive:
-                    raise RuntimeError(f"baseline query died: {baseline.exception()}")
+            def query_alive() -> None:
+                if not query.isActive:
+                    raise RuntimeError(f"{what} query died: {query.exception()}")
 
-            read_until(baseline, backlog, args.phase_timeout, baseline_alive, args.warmup_timeout)
-            baseline.stop()
-            progress = of_run(baseline)
+            read_until(query, backlog, args.phase_timeout, query_alive, args.warmup_timeout)
+            query.stop()
+            progress = of_run(query)
             out: dict[str, Any] = {"read": counts.at(end_offsets(progress[-1])) if progress else 0,
                                    "first_s": progress[0]["batchDuration"] / 1000 if progress else float("nan")}
             out["rate"], out["batches"], out["series"] = capacity(progress, skip)
             if args.stages:
                 out["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
                 out["batch_s"] = mean_batch_s(progress, skip)
-            print(f"baseline ({run}): {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
+            print(f"{what}: {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
                   f"({out['read']:,} read)", flush=True)
             return out
 
+        def run_baseline(run: str) -> dict[str, Any]:
+            """The stateless baseline on the backlog."""
+            return run_to_noop(processor_input(kafka_source(spark, config), range(results["state_buckets"])), run,
+                               f"baseline ({run})")
+
         def run_floor() -> dict[str, Any]:
-            """The job's query without detection (:func:`stateful_floor`) on the backlog, from its start."""
+            """The job's query without detection (:func:`stateful_floor`) on the backlog."""
             ids = new_bucket_ids(results["state_buckets"], state_tasks(spark))  # balanced, as the job's
             floor = (processor_input(kafka_source(spark, config), ids)
                      .groupBy("bucket")
                      .transformWithStateInPandas(statefulProcessor=stateful_floor(),
                                                  outputStructType="bucket int, rows long", outputMode="Append",
-                                                 timeMode="None")
-                     .writeStream.queryName("bench-floor").format("noop")
-                     .option("checkpointLocation", str(work / "floor" / "checkpoint"))
-                     .trigger(processingTime=f"{args.trigger} seconds").start())
-
-            def floor_alive() -> None:
-                if not floor.isActive:
-                    raise RuntimeError(f"stateful floor query died: {floor.exception()}")
-
-            read_until(floor, backlog, args.phase_timeout, floor_alive, args.warmup_timeout)
-            floor.stop()
-            progress = of_run(floor)
-            out: dict[str, Any] = {"read": counts.at(end_offsets(progress[-1])) if progress else 0}
-            out["rate"], out["batches"], out["series"] = capacity(progress, skip)
-            if args.stages:
-                out["steady_stages"] = stage_times(spark, *steady_window(progress, skip))
-                out["batch_s"] = mean_batch_s(progress, skip)
-            print(f"stateful floor: {out['rate']:,.0f} samples/s over {out['batches']} steady batches "
-                  f"({out['read']:,} read)", flush=True)
-            return out
+                                                 timeMode="None"))
+            return run_to_noop(floor, "floor", "stateful floor")
 
         # 2. baseline (and 3b. again after the job: the ratio is against their mean, so that a machine that
         # slows down or speeds up during the run does not pass for the job's doing)
