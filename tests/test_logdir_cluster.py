@@ -206,7 +206,6 @@ def test_agent_publishes_to_the_samples_topic(cluster: LocalCluster, view: Kafka
     assert all(s["log_end_offset"] == 0 and s["error"] is None for s in published.values())
 
 
-
 def test_sigterm_stops_the_agent_after_its_cycle(cluster: LocalCluster) -> None:
     """SIGTERM (a container or a unit stopped) stops the agent as Ctrl-C does: the cycle under way ends, what it read
     is flushed, it says so and exits 0, where Python's default would end it at once, its samples unflushed."""
