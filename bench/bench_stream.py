@@ -4,7 +4,7 @@ stateless baseline (same Kafka source and processor_input, no state) in the same
     .venv/bin/python bench/bench_stream.py [--partitions 100000] [--rate 100000] [--duration 120]
         [--kept-fraction 0.5 | --kept-rate R] [--kept-duration 60] [--transport batch|json]
         [--backlog-cycles 24] [--warmup-cycles 12] [--backlog-batch 20000] [--heap-partitions 300000]
-        [--trigger 2] [--churn 1] [--series-budget N] [--stages] [--cprofile] [--no-write]
+        [--trigger 2] [--churn 1] [--series-budget N] [--stages] [--stateful-floor] [--cprofile] [--no-write]
 
 Starts a one-broker local Kafka in a temporary directory (stopped and deleted at the end, also on error), creates
 the samples topic (6 partitions) and feeds it from a separate producer process: ``partition_batch/v1`` records as
