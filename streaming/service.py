@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 MAX_RESTARTS = 5
 RESTART_WINDOW_S = 600.0
+
+
 def samples_topic_ready(config: ReplmonConfig, stop: threading.Event) -> bool:
     """Wait until the samples topic exists (the collectors create it when they first publish); True then, False
     when ``stop`` is set first. Told once: started before any collector, Spark's Kafka source would fail the query
