@@ -14,6 +14,8 @@ The job runs on the public API alone; these private hooks make it cheaper, each 
   is (``TransformWithStateInPandasSerializer._create_struct_array``), not as pandas that PySpark converts back.
 * :func:`error_lines`: a PySpark error's Java exceptions, from a Py4JJavaError's ``java_exception`` or a
   captured exception's ``_origin`` (neither there: the error's own first line alone).
+* :class:`JvmShutdown`: a hook in the driver JVM's shutdown that stops the job between two micro-batches first
+  (``SparkContext._jvm``, ``_gateway`` and its callback server).
 
 They hold for the PySpark version ``pyproject.toml`` pins (:data:`PINNED_PYSPARK`). On any other version each
 falls back to the public way, with one warning: the job keeps working, at the public API's cost, rather than
@@ -25,12 +27,16 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
+import threading
+import time
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 import pyspark
 from pyspark import SparkContext
+from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener
 from pyspark.sql.streaming.listener import QueryProgressEvent
 
@@ -216,3 +222,100 @@ def error_lines(error: BaseException) -> list[str]:
         lines.append(" ".join(str(throwable.toString()).split()))
         throwable = throwable.getCause()
     return lines
+
+
+JVM_SHUTDOWN_PRIORITY = 50
+"""The place of :class:`JvmShutdown`'s hook in Hadoop's ShutdownHookManager, which runs its hooks one at a time,
+highest priority first: above Spark's own hook (``FileSystem.SHUTDOWN_HOOK_PRIORITY + 30``, 40), which stops the
+SparkContext."""
+JVM_SHUTDOWN_WAIT_S = 20.0
+"""How long the hook holds the JVM's exit for the job to stop: the micro-batch in flight (``RunningJob.stop`` waits
+up to 10 s for it) and the query's stop. Hadoop gives a hook 30 s (``hadoop.service.shutdown.timeout``)."""
+JVM_GONE_WAIT_S = 30.0
+"""How long the job's Python waits for the exiting JVM to be gone (:meth:`JvmShutdown.outlive`)."""
+
+
+class JvmShutdown:
+    """The driver's JVM told to exit (a SIGTERM to it), seen from the job's Python. Under spark-submit (Kubernetes,
+    YARN) the JVM is the driver and the job's Python its child: a SIGTERM reaches only the JVM, whose shutdown
+    hooks stop the SparkContext under the running micro-batch (an INTERNAL_ERROR in the log, the micro-batch run
+    again at the next start). A hook in Hadoop's ShutdownHookManager, before Spark's own, sets ``stop`` (what a
+    SIGTERM to the Python sets) and holds the JVM's exit until the job has stopped between two micro-batches
+    (:meth:`done`), at most :data:`JVM_SHUTDOWN_WAIT_S`; then Spark's hooks stop the SparkContext.
+
+    The hook is this object's :meth:`run`, a Py4J proxy of ``java.lang.Runnable`` in a ``java.lang.Thread`` whose
+    ``run`` Hadoop calls. Without the private hooks (another PySpark version) none is registered: the JVM stops at
+    once, as Spark's own."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self.stop = stop
+        self.exiting = threading.Event()
+        """The hook ran: the JVM is exiting, and stops the SparkContext itself."""
+        self._done = threading.Event()
+        self._manager: Any = None
+        self._registered: Any = None
+        self._jvm_pid: int | None = None
+
+    @classmethod
+    def register(cls, spark: SparkSession, stop: threading.Event) -> JvmShutdown:
+        hook = cls(stop)
+        if not enabled():
+            return hook
+        from pyspark.java_gateway import ensure_callback_server_started
+
+        sc = spark.sparkContext
+        ensure_callback_server_started(sc._gateway)
+        jvm = sc._jvm
+        assert jvm is not None
+        hook._jvm_pid = int(jvm.java.lang.ProcessHandle.current().pid())
+        hook._manager = jvm.org.apache.hadoop.util.ShutdownHookManager.get()
+        # a Java object of its own for the hook, which Hadoop finds again by reference: Py4J makes a new proxy each
+        # time a Python object crosses to the JVM
+        hook._registered = jvm.java.lang.Thread(hook, "replmon-stop")
+        hook._manager.addShutdownHook(hook._registered, JVM_SHUTDOWN_PRIORITY)
+        return hook
+
+    def run(self) -> None:
+        """The JVM's shutdown: stop the job, wait for it."""
+        self.exiting.set()
+        self.stop.set()
+        self._done.wait(JVM_SHUTDOWN_WAIT_S)
+
+    def close(self) -> bool:
+        """The job stopped, before the SparkContext: the hook removed, unless the JVM is exiting. Returns whether
+        it is: then Spark stops its context itself once the hook lets it go on (:meth:`done`), and of PySpark's
+        own stop only the accumulator server's is done here: its handler reads the JVM's connection, whose end
+        when the JVM exits would be an EOFError's traceback (the shutdown returns once the handler has left)."""
+        if self._manager is not None and not self.exiting.is_set():
+            try:
+                if not self._manager.isShutdownInProgress():
+                    self._manager.removeShutdownHook(self._registered)
+            except Exception as exc:  # the JVM began to exit meanwhile (or is gone): the hook may run
+                log.debug("removing the JVM shutdown hook: %s", exc)
+        if not self.exiting.is_set():
+            return False
+        sc = SparkContext._active_spark_context
+        server = getattr(sc, "_accumulatorServer", None)
+        if server is not None:
+            server.shutdown()
+            sc._accumulatorServer = None  # type: ignore[union-attr]
+        return True
+
+    def done(self) -> None:
+        """The job stopped: the JVM's exit goes on."""
+        self._done.set()
+
+    def outlive(self) -> None:
+        """Wait (at most :data:`JVM_GONE_WAIT_S`) until the exiting JVM is gone, so that the hook's answer reaches
+        it before this process ends: the JVM is this process's parent under spark-submit, its child started by
+        PySpark otherwise."""
+        if self._jvm_pid is None:
+            return
+        deadline = time.monotonic() + JVM_GONE_WAIT_S
+        proc = getattr(SparkContext._gateway, "proc", None)
+        while (self._jvm_pid == os.getppid() or (proc is not None and proc.poll() is None)) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+
+    class Java:
+        implements = ["java.lang.Runnable"]

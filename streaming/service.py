@@ -38,17 +38,23 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
     exception, it would cut a Py4J call in the middle (an ERROR and a traceback in the log at every stop). A query
     that fails (on a starved machine Spark's Python workers can time out connecting back) is restarted from its
     checkpoint, with the same metrics endpoint; more than MAX_RESTARTS failures within RESTART_WINDOW_S end the job
-    with an error. ``on_started`` is called with the job once it first runs (``replmon run``'s summary)."""
+    with an error. ``on_started`` is called with the job once it first runs (``replmon run``'s summary).
+
+    A SIGTERM to the driver's JVM (under spark-submit the job's Python is its child, and only the JVM gets it) sets
+    the same flag, from the JVM's shutdown, which waits until the job has stopped
+    (:class:`~streaming.pyspark_hooks.JvmShutdown`); the JVM then stops Spark itself."""
     from replmon.core import redact
     from replmon.core.security import Role, check_access
     from streaming.exporter import JobExporter
     from streaming.job import start_job
+    from streaming.pyspark_hooks import JvmShutdown
     from streaming.session import get_session
 
     redact.install(config)
     check_access(config, Role.JOB)  # before Spark starts: a refused user or a missing ACL is one line, at once
     with stop_signalled() as stop:
         spark = get_session(config.stream)
+        shutdown = JvmShutdown.register(spark, stop)
         exporter = JobExporter(config.stream.series_budget)
         failures: list[float] = []
         try:
@@ -75,8 +81,13 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
                     say(f"replmon stream: a query failed ({reason}); restarting from the checkpoint")
                 finally:
                     job.stop()
+            say("replmon stream: stopping")  # told to stop while it waited for the samples topic
         finally:
-            spark.stop()
+            if not shutdown.close():  # else the exiting JVM stops Spark itself
+                spark.stop()
+            shutdown.done()
+            if shutdown.exiting.is_set():  # the hook's answer goes back before this process ends
+                shutdown.outlive()
     return 0
 
 

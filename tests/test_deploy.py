@@ -46,6 +46,8 @@ from replmon.cli.package import submit_command
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig, load_config
 from replmon.core.processes import wait_until
+from replmon.testbed.harness import pipeline_settings, write_config
+from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster.cluster import free_port
 from streaming.code_archive import ARCHIVE_ALIAS
 from streaming.session import (
@@ -395,6 +397,48 @@ def test_driver_mode_runs_the_jobs_entry_file(tmp_path: Path) -> None:
                          timeout=150)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
     assert "usage: replmon stream" in out.stdout
+
+
+@pytest.mark.cluster
+@pytest.mark.spark
+@pytest.mark.timeout(240)
+def test_driver_mode_stops_the_job_on_a_sigterm_to_its_jvm(healthy_cluster: LocalCluster, tmp_path: Path) -> None:
+    """The SIGTERM a Kubernetes pod's deletion sends the driver's container reaches spark-submit's JVM alone (tini
+    passes it to its child, the JVM the entrypoint execs; the job's Python is the JVM's child): the JVM's shutdown
+    waits until the job has stopped, which says so, then ends with 143, and the job's Python ends too. The job
+    here waits for its samples topic, as before the first collector publishes; a SIGTERM in mid-stream:
+    tests/test_spark_deploy.py."""
+    require_java()
+    settings = pipeline_settings(healthy_cluster, healthy_cluster, tmp_path, include=["none"],
+                                 metrics_port=free_port(), collector_metrics_port=free_port(),
+                                 topic_names=f"sigterm-{tmp_path.name}")
+    config = write_config(tmp_path / "replmon.yaml", settings)
+    env = entrypoint_env({"SPARK_DRIVER_BIND_ADDRESS": "127.0.0.1", "PYSPARK_PYTHON": "python3"})
+    del env["JAVA_HOME"]
+    log = tmp_path / "driver.log"
+    driver = spawn(["bash", str(ENTRYPOINT), "driver", "--master", "local[1]", "--conf", "spark.ui.enabled=false",
+                    submit_module.__file__, "--config", str(config)], log, env, tmp_path)
+    try:
+        wait_for(lambda: "waiting for topic" in log.read_text(errors="replace") or driver.poll() is not None, 150,
+                 "the job waiting for its samples topic", log)
+        assert Path(f"/proc/{driver.pid}/exe").resolve().name == "java", log.read_text(errors="replace")[-3000:]
+        driver.send_signal(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            driver.wait(60)
+        said = log.read_text(errors="replace")
+        assert driver.returncode == 143 and "replmon stream: stopping" in said, said[-3000:]
+        assert "Traceback" not in said and "ShutdownHook '" not in said, said[-3000:]  # Hadoop's: a hook failed
+
+        def session_gone() -> bool:  # the job's Python, the JVM's child, in the entrypoint's session
+            try:
+                os.killpg(driver.pid, 0)
+            except ProcessLookupError:
+                return True
+            return False
+
+        wait_for(session_gone, 60, "the job's Python to end after its JVM", log)
+    finally:
+        end(driver)
 
 
 # --- the Dockerfile -------------------------------------------------------------------------------------------------

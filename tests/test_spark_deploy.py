@@ -7,13 +7,17 @@ Under producers and broker faults a worker is SIGKILLed mid-stream (its state ta
 which reads their state from HDFS), then the driver is SIGKILLed and started again with `replmon stream` and one
 state task for the one worker left (the state moves to a new query, streaming.reshard): every
 event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
-content, the gauges end where that run ends, and the history on HDFS holds the same events."""
+content, the gauges end where that run ends, and the history on HDFS holds the same events. Last, a SIGTERM to the
+driver's JVM alone (what reaches a driver under spark-submit) stops the job between two micro-batches."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import re
+import signal
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +131,7 @@ def run_on_the_cluster(stack: contextlib.ExitStack, standalone: StandaloneCluste
         load.close()
     try:
         check_caught_up_and_stored(pipeline, spark, config, topics, tmp_path)
+        check_stops_on_the_jvms_sigterm(pipeline, HadoopDirectory(spark, config.stream.checkpoint_dir))
     finally:
         pipeline.stop()
 
@@ -185,3 +190,34 @@ def check_caught_up_and_stored(pipeline: Pipeline, spark: SparkSession, config: 
     except AssertionError:
         pytest.fail(f"topics or last leader epochs without a partition snapshot on HDFS: {unseen}; leader changes "
                     f"{changes}")
+
+
+def driver_jvm(pid: int) -> int:
+    """The driver JVM PySpark started for the Python process ``pid`` (its child)."""
+    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
+                for c in (task / "children").read_text().split()]
+    jvms = [c for c in children if Path(f"/proc/{c}/exe").resolve().name == "java"]
+    assert len(jvms) == 1, f"the driver's JVM among the children {children} of {pid}"
+    return jvms[0]
+
+
+def check_stops_on_the_jvms_sigterm(pipeline: Pipeline, checkpoint: HadoopDirectory) -> None:
+    """A SIGTERM to the driver's JVM alone, as a Kubernetes pod's deletion or a YARN container's stop reaches the
+    driver under spark-submit (the JVM there, the job's Python its child): the job stops between two micro-batches
+    (the last one it planned is committed), without an error in its log, and its Python ends with 0."""
+    proc = pipeline.procs["stream"]
+    log = pipeline.log("stream")
+    start = log.stat().st_size
+    os.kill(driver_jvm(proc.pid), signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        tail = log.read_text(errors="replace")[start:][-3000:]
+        pytest.fail(f"the job still runs 60 s after its JVM's SIGTERM: {tail}")
+    said = log.read_text(errors="replace")[start:]
+    assert proc.returncode == 0 and "replmon stream: stopping" in said, said[-3000:]
+    for error in ("INTERNAL_ERROR", "NullPointerException", "StackOverflowError", "Traceback"):
+        assert error not in said, said[-3000:]
+    query = QueryLog(checkpoint, "state-1")
+    planned = max(int(name) for name in checkpoint.list("state-1/offsets") if name.isdigit())
+    assert query.last_committed() == planned, f"micro-batch {planned} planned, {query.last_committed()} committed"
