@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 import re
+import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -23,6 +24,7 @@ from pyspark.sql.types import (
 )
 
 from replmon.contracts.samples import PartitionSample, ReplicaOffsets
+from replmon.core.processes import wait_until
 from streaming import pyspark_hooks
 from streaming.detect import DetectConfig, PartitionMetrics, step
 from streaming.processor import KIND_PARTITION, OUTPUT_SCHEMA, partition_row, rows_batch
@@ -133,6 +135,29 @@ def test_the_hooks_are_written_for_the_pyspark_pyproject_pins() -> None:
     assert pyspark_hooks.daemon_conf() == {"spark.python.daemon.module": "streaming.worker_daemon"}
 
 
+def test_the_jvm_shutdown_hook_stops_the_job_and_holds_the_jvm_until_done(spark: SparkSession) -> None:
+    """The hook Hadoop's ShutdownHookManager runs when the driver's JVM exits (called here as Hadoop calls it, from
+    the JVM): it sets the job's stop and returns only once told the job stopped. A job that stops on its own removes
+    it (Hadoop finds a hook by reference)."""
+    stop = threading.Event()
+    hook = pyspark_hooks.JvmShutdown.register(spark, stop)
+    manager = hook._manager
+    assert manager.hasShutdownHook(hook._registered)
+    ran = threading.Thread(target=hook._registered.run, daemon=True)  # what Hadoop's executor calls
+    ran.start()
+    try:
+        wait_until(stop.is_set, 30, "the hook to set the job's stop")
+        assert hook.exiting.is_set() and ran.is_alive(), "the hook holds the JVM until the job stopped"
+    finally:
+        hook.done()
+        ran.join(30)
+        manager.removeShutdownHook(hook._registered)  # not close(): that lets go of the session's accumulator server
+    assert not ran.is_alive()
+
+    kept = pyspark_hooks.JvmShutdown.register(spark, threading.Event())
+    assert not kept.close() and not manager.hasShutdownHook(kept._registered)
+
+
 def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
         spark: SparkSession, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """One warning, no daemon of the job's own, PySpark's own listener wrapper, the last batch id from the
@@ -145,6 +170,8 @@ def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
         assert not pyspark_hooks.enabled() and not pyspark_hooks.enabled()
         assert len([r for r in caplog.records if "PySpark 9.9.9 is not the version" in r.message]) == 1
         assert pyspark_hooks.daemon_conf() == {}
+        unhooked = pyspark_hooks.JvmShutdown.register(spark, threading.Event())  # the JVM stops as Spark's own
+        assert unhooked._registered is None and not unhooked.close()
         output = rows_batch([partition_row(a_state()[1])])
         frame = pyspark_hooks.arrow_output(output)
         assert not frame.attrs and frame.equals(pyspark_hooks.as_pandas(output)) and frame["isr"][0].tolist() == [1, 2]
@@ -160,8 +187,6 @@ def test_on_another_pyspark_the_hooks_fall_back_to_the_public_api(
         query = (spark.readStream.format("rate").option("rowsPerSecond", 5).load().writeStream.format("noop")
                  .trigger(processingTime="200 milliseconds").start())
         try:
-            from replmon.testbed.kafka_view import wait_until
-
             wait_until(lambda: (pyspark_hooks.last_batch_id(query) or 0) >= 1 and listener.batches, 60,
                        "a micro-batch seen by the public progress and the listener")
             assert not hasattr(listener, "_json_jlistener"), "PySpark's own listener wrapper"
