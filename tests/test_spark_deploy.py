@@ -131,7 +131,7 @@ def run_on_the_cluster(stack: contextlib.ExitStack, standalone: StandaloneCluste
         load.close()
     try:
         check_caught_up_and_stored(pipeline, spark, config, topics, tmp_path)
-        check_stops_on_the_jvms_sigterm(pipeline, HadoopDirectory(spark, config.stream.checkpoint_dir))
+        check_stops_on_the_jvms_sigterm(pipeline)
     finally:
         pipeline.stop()
 
@@ -201,10 +201,13 @@ def driver_jvm(pid: int) -> int:
     return jvms[0]
 
 
-def check_stops_on_the_jvms_sigterm(pipeline: Pipeline, checkpoint: HadoopDirectory) -> None:
-    """A SIGTERM to the driver's JVM alone, as a Kubernetes pod's deletion or a YARN container's stop reaches the
-    driver under spark-submit (the JVM there, the job's Python its child): the job stops between two micro-batches
-    (the last one it planned is committed), without an error in its log, and its Python ends with 0."""
+def check_stops_on_the_jvms_sigterm(pipeline: Pipeline) -> None:
+    """A SIGTERM to the driver's JVM alone, as a Kubernetes pod's deletion reaches the driver under spark-submit
+    (the JVM there, the job's Python its child): the job stops between two micro-batches, without an error in its
+    log, and its Python ends with 0. Stopped by the JVM's own shutdown instead, the SparkContext stops under the
+    micro-batch in flight: the query ends with an INTERNAL_ERROR (a NullPointerException of the stopped session).
+    (A micro-batch whose offsets were written but whose handler had not begun is run again at the next start: the
+    stop may land in its planning.)"""
     proc = pipeline.procs["stream"]
     log = pipeline.log("stream")
     start = log.stat().st_size
@@ -218,6 +221,3 @@ def check_stops_on_the_jvms_sigterm(pipeline: Pipeline, checkpoint: HadoopDirect
     assert proc.returncode == 0 and "replmon stream: stopping" in said, said[-3000:]
     for error in ("INTERNAL_ERROR", "NullPointerException", "StackOverflowError", "Traceback"):
         assert error not in said, said[-3000:]
-    query = QueryLog(checkpoint, "state-1")
-    planned = max(int(name) for name in checkpoint.list("state-1/offsets") if name.isdigit())
-    assert query.last_committed() == planned, f"micro-batch {planned} planned, {query.last_committed()} committed"
