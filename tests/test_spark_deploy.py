@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -194,9 +195,8 @@ def check_caught_up_and_stored(pipeline: Pipeline, spark: SparkSession, config: 
 
 def driver_jvm(pid: int) -> int:
     """The driver JVM PySpark started for the Python process ``pid`` (its child)."""
-    children = [int(c) for task in Path(f"/proc/{pid}/task").iterdir()
-                for c in (task / "children").read_text().split()]
-    jvms = [c for c in children if Path(f"/proc/{c}/exe").resolve().name == "java"]
+    children = psutil.Process(pid).children()
+    jvms = [c.pid for c in children if c.name() == "java"]
     assert len(jvms) == 1, f"the driver's JVM among the children {children} of {pid}"
     return jvms[0]
 
