@@ -1,14 +1,16 @@
 """Benchmark of the protocol sampler: wall time, CPU time and requests of one steady cycle at growing partition
 counts.
 
-    .venv/bin/python bench/bench_collector.py [--partitions 1000 5000 20000] [--brokers 3] [--cycles 10] [--no-write]
+    .venv/bin/python bench/bench_collector.py [--partitions 1000 5000 20000] [--brokers 3] [--cycles 10]
+        [--compare-formats] [--no-write]
 
 Starts its own local cluster (``--brokers``, 3 by default) in a temporary directory (stopped and deleted at the
 end), creates topics of 1000 partitions (replication factor 3) up to each level, lets the sampler settle (lineage
 walks, configs), then times ``--cycles`` steady cycles (no lineage or config refresh due) twice, alternating cycle
 by cycle: with the brokers at the sampler's CPU priority and with them deprioritised (:func:`deprioritised`).
-Prints the figures and writes them, with the command that produced them, to the "## Collector" section of
-docs/benchmarks.md.
+With ``--compare-formats``, each level's cycles are then timed publishing each transport format in turn
+(:func:`compare_formats`): ``partition_batch/v1`` records and a JSON record per sample. Prints the figures and
+writes them, with the command that produced them, to the "## Collector" section of docs/benchmarks.md.
 
 The brokers run as production brokers do, not as the test cluster's (whose settings make replication faults
 fast to see): Kafka's default replica.fetch.wait.max.ms (500 ms, not 200), a 1 GiB heap and the full JIT.
@@ -155,11 +157,58 @@ def measure(sampler: ClusterSampler, cycles: int, broker_pids: list[int], publis
     return same, low
 
 
+def compare_formats(sampler: ClusterSampler, cycles: int, broker_pids: list[int],
+                    publishers: dict[str, SamplePublisher]) -> dict[tuple[str, bool], dict[str, float]]:
+    """``cycles`` cycles for each transport format and priority, round-robin cycle by cycle (the same drift for
+    all), each timed until its samples are acknowledged: the cycle as :func:`measure` times it, then the wait for
+    the publisher's flush. A format's sending thus stays in its own cycle (with the sender beside the next cycle, as
+    the collector runs, a JSON cycle's thousands of records would be paid by the batch cycle after it). Keyed by
+    format and whether the brokers were deprioritised."""
+    sinks = {name: Published(publisher) for name, publisher in publishers.items()}
+    loops = {name: ClusterLoop(sampler, sink, interval_s=1.0) for name, sink in sinks.items()}
+    combos = [(name, low) for low in (False, True) for name in publishers]
+    runs: dict[tuple[str, bool], dict[str, list[float]]] = {c: {"walls": [], "cpus": []} for c in combos}
+    for _ in range(cycles):
+        for name, low in combos:
+            with deprioritised(broker_pids) if low else contextlib.nullcontext():
+                started, cpu = time.perf_counter(), time.process_time()
+                error = loops[name].run_cycle()
+                flushed = publishers[name].flush(timeout_s=120)
+                runs[name, low]["walls"].append(time.perf_counter() - started)
+                runs[name, low]["cpus"].append(time.process_time() - cpu)
+            if error is not None or not flushed or publishers[name].dropped:
+                raise RuntimeError(f"{name} cycle failed: {error or 'samples not acknowledged'}")
+    return {c: {"median_s": statistics.median(r["walls"]), "max_s": max(r["walls"]),
+                "cpu_s": statistics.median(r["cpus"]), "cycles": len(r["walls"])} for c, r in runs.items()}
+
+
 Row = tuple[int, dict[str, float], dict[str, float]]
 """partitions, the cycles with the brokers at the sampler's priority, the cycles with the brokers deprioritised."""
 
 
-def write_doc(command: str, brokers: int, rows: list[Row], note: str) -> None:
+Formats = dict[tuple[str, bool], dict[str, float]]
+"""compare_formats' figures at one level."""
+FORMAT_LABELS = {"batch": "`partition_batch/v1` (16 groups a cluster, at most 2,000 samples a record)",
+                 "json": "JSON, a record per sample (`transport.sample_format: json`)"}
+
+
+def formats_table(compared: list[tuple[int, Formats]]) -> list[str]:
+    table = ["| partitions | format | brokers at the sampler's priority: cycle until acknowledged, median (max) "
+             "| brokers deprioritised: cycle until acknowledged, median (max) "
+             "| sampler CPU per cycle, sending included, median (both priorities) |",
+             "|---:|---|---:|---:|---:|"]
+    for partitions, figures in compared:
+        for name in dict.fromkeys(f for f, _ in figures):
+            same, low = figures[name, False], figures[name, True]
+            table.append(f"| {partitions:,} | {FORMAT_LABELS.get(name, name)} "
+                         f"| {same['median_s']:.2f} s ({same['max_s']:.2f} s) "
+                         f"| {low['median_s']:.2f} s ({low['max_s']:.2f} s) "
+                         f"| {same['cpu_s']:.2f} s / {low['cpu_s']:.2f} s |")
+    return table
+
+
+def write_doc(command: str, brokers: int, rows: list[Row], note: str,
+              compared: list[tuple[int, Formats]] | None = None) -> None:
     table = ["| partitions | replicas | brokers at the sampler's priority: cycle, median (max) "
              f"| cycles of {TARGET_S:.0f} s or more | load (1 min) | brokers deprioritised: cycle, median (max) "
              f"| cycles of {TARGET_S:.0f} s or more | load (1 min) | sampler CPU per cycle, median "
@@ -189,7 +238,13 @@ def write_doc(command: str, brokers: int, rows: list[Row], note: str) -> None:
         "them, and their replication keeps the machine busy. The brokers still answer every request; the "
         "sampler's CPU time per cycle (its process, all threads: request encoding, the network thread's decoding "
         "of the answers, the samples built) is the figure the brokers cannot inflate.", "",
-        "```", command, "```", "", *table, "", *([BROKERS_NOTE] if brokers > 3 else []), note, ""])
+        "```", command, "```", "", *table, "", *([BROKERS_NOTE] if brokers > 3 else []),
+        *(["The two transport formats (`--compare-formats`), each level's cycles after the table's, cycle by "
+           "cycle in turn (format, then priority): each cycle timed until every sample it published was "
+           "acknowledged (the publisher flushed), so that no cycle pays for the sending of another. The JSON "
+           "records are the transport before `partition_batch/v1`, which the collector still writes when asked "
+           "to; its samples go to a topic of their own.", "", *formats_table(compared), ""] if compared else []),
+        note, ""])
     write_section(DOC, "Collector", section)
 
 
@@ -200,10 +255,14 @@ def main() -> int:
                         help="brokers of the cluster (replication factor 3 whatever the count): every broker keeps "
                              "a file open per replica it hosts, and this machine allows 20,000 per process")
     parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--compare-formats", action="store_true",
+                        help="then time each level's cycles publishing batch records and JSON records, in turn, "
+                             "each cycle until its samples are acknowledged")
     parser.add_argument("--no-write", action="store_true", help="print only, leave docs/benchmarks.md alone")
     args = parser.parse_args()
     command = "python bench/bench_collector.py " + shlex.join(sys.argv[1:])
     rows: list[Row] = []
+    compared: list[tuple[int, Formats]] = []
     note = ""
     with interrupt_on_sigterm(), tempfile.TemporaryDirectory(prefix="replmon-bench-") as tmp:
         cluster = LocalCluster.up(Path(tmp) / "cluster", brokers=args.brokers, die_with_parent=True, remember=False,
@@ -213,6 +272,11 @@ def main() -> int:
                                    topics=TopicFilter(include=["bench-.*"]))
             publisher = SamplePublisher(ReplmonConfig(transport=TransportConfig(
                 bootstrap_servers=cluster.bootstrap_servers.split(","), samples_topic="bench.samples")))
+            publishers = {"batch": publisher}
+            if args.compare_formats:
+                publishers["json"] = SamplePublisher(ReplmonConfig(transport=TransportConfig(
+                    bootstrap_servers=cluster.bootstrap_servers.split(","), samples_topic="bench.samples.json",
+                    sample_format="json")))
             sampler = ClusterSampler(config, CollectorConfig(request_timeout_ms=30_000,
                                                              lineage_refresh_cycles=REFRESH,
                                                              config_refresh_cycles=REFRESH), "bench")
@@ -238,12 +302,21 @@ def main() -> int:
                           f"max {r['max_s']:.3f}s ({r['over_target']}/{r['cycles']} at {TARGET_S:.0f} s or more), "
                           f"sampler CPU {r['cpu_s']:.3f}s, {r['requests']:.0f} requests, load {r['load_1m']:.1f}",
                           flush=True)
+                if args.compare_formats:
+                    figures = compare_formats(sampler, args.cycles, cluster_pids(cluster.spec.dir), publishers)
+                    compared.append((level, figures))
+                    for (name, lowered), f in figures.items():
+                        print(f"{level:>6} partitions, {name} records, brokers "
+                              f"{'deprioritised' if lowered else 'at the same priority'}: cycle until acknowledged "
+                              f"median {f['median_s']:.3f}s max {f['max_s']:.3f}s, sampler CPU {f['cpu_s']:.3f}s",
+                              flush=True)
             sampler.close()
-            publisher.close()
+            for each in publishers.values():
+                each.close()
         finally:
             cluster.down(purge=True)
     if not args.no_write and rows:
-        write_doc(command, args.brokers, rows, note)
+        write_doc(command, args.brokers, rows, note, compared)
     return 0 if rows else 1
 
 
