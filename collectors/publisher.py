@@ -35,7 +35,7 @@ from collectors.metrics import CollectorMetrics
 from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig, TransportConfig
-from replmon.core.errors import ReplmonError
+from replmon.core.errors import ReplmonError, describe
 from replmon.core.kafka_producers import close_producer
 from replmon.core.kafka_topics import ensure_topic
 
@@ -306,7 +306,7 @@ class SamplePublisher:
             return False
         except Exception as exc:
             self._failed(f"cannot reach the samples cluster {','.join(self.config.samples_bootstrap())}: "
-                         f"{_describe(exc)}")
+                         f"{describe(exc)}")
             return False
         return True  # the outage, and its backoff, last until the new producer's first acknowledgement
 
@@ -330,16 +330,16 @@ class SamplePublisher:
             try:
                 future = producer.send(self.topic, key=key, value=value)
             except KafkaTimeoutError as exc:  # no metadata for the topic within max_block_ms: not sent
-                self._retire_producer(generation, f"samples topic {self.topic} unavailable: {_describe(exc)}")
+                self._retire_producer(generation, f"samples topic {self.topic} unavailable: {describe(exc)}")
                 return
             except MessageSizeTooLargeError as exc:  # the record's own fault: the producer is fine
                 if self._settle(generation, send) is not None:
-                    self._count_dropped(count, _describe(exc))
+                    self._count_dropped(count, describe(exc))
                 continue
             except Exception as exc:
                 if self._settle(generation, send) is not None:
-                    self._count_dropped(count, _describe(exc))
-                self._retire_producer(generation, f"sending to {self.topic} failed: {_describe(exc)}")
+                    self._count_dropped(count, describe(exc))
+                self._retire_producer(generation, f"sending to {self.topic} failed: {describe(exc)}")
                 return
             future.add_callback(self._on_ack, generation, send)
             future.add_errback(self._on_error, generation, send)
@@ -380,13 +380,13 @@ class SamplePublisher:
         head of the buffer and retires the producer; any other failure drops the record."""
         if getattr(exc, "retriable", False) and not self._closing:
             # the record is still pending: it goes back with the rest, in the order they were sent
-            self._retire_producer(generation, f"delivery to {self.topic} failed: {_describe(exc)}")
+            self._retire_producer(generation, f"delivery to {self.topic} failed: {describe(exc)}")
             return
         record = self._settle(generation, send)
         if record is None:
             return
-        self._count_dropped(record[2], _describe(exc))
-        self._failed(f"delivery to {self.topic} failed: {_describe(exc)}")
+        self._count_dropped(record[2], describe(exc))
+        self._failed(f"delivery to {self.topic} failed: {describe(exc)}")
         self._update_gauge()
 
     def _trim(self) -> None:
@@ -452,8 +452,3 @@ class SamplePublisher:
     def _update_gauge(self) -> None:
         if self.metrics:
             self.metrics.samples_buffered.set(self.buffered)
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -446,3 +446,32 @@ def test_topic_ids_are_written_as_kafka_writes_them() -> None:
     as_uuid = uuid.UUID(bytes=base64.urlsafe_b64decode(on_disk + "=="))
     assert kafka_uuid(as_uuid) == kafka_uuid(str(as_uuid)) == on_disk
     assert kafka_uuid(uuid.UUID(int=0)) is None
+
+
+def test_a_call_unanswered_at_the_deadline_says_how_long_it_was_given() -> None:
+    """kafka-python's own timeout names what was left of the deadline for each wait ("Timed out after 32.9 ms",
+    a new figure every cycle); the sample and the log line say the wait the calls were given, and a kafka-python
+    error is named once."""
+    import time
+
+    from kafka.future import Future
+    from kafka.net.manager import KafkaConnectionManager
+    from kafka.net.selector import NetworkSelector
+
+    from collectors.protocol.client import Call, ClusterClient, Pending
+    from collectors.protocol.sampler import _describe_error
+
+    client = ClusterClient(ClusterConfig(name="c", bootstrap_servers=["127.0.0.1:1"]), 5_000, "tests")
+    client._net = NetworkSelector(**client._config)
+    client._net.start()
+    client._manager = KafkaConnectionManager(client._net, **client._config)
+    try:
+        calls = [Call(1, None, "first"), Call(2, None, "second")]  # never sent: their answers never come
+        outcomes = client.gather(Pending(calls, [Future(), Future()], time.monotonic() + 0.3, 0.3))
+    finally:
+        client.close()
+    assert [_describe_error(o.error) for o in outcomes] == ["KafkaTimeoutError: no answer within 0.3 s"] * 2
+    assert _describe_error(Errors.RequestTimedOutError()) == "[Error 7] RequestTimedOutError"
+    assert _describe_error(Errors.KafkaConnectionError("socket closed")) == "KafkaConnectionError: socket closed"
+    assert _describe_error(ValueError("bad")) == "ValueError: bad"
+    assert _describe_error(None) == "no answer"

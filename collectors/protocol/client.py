@@ -16,12 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import kafka.errors as Errors
 from kafka.future import Future
 from kafka.net.manager import KafkaConnectionManager
 from kafka.net.selector import NetworkSelector
 
 from replmon.core.config import ClusterConfig
-from replmon.core.errors import ReplmonError
+from replmon.core.errors import ReplmonError, describe
 from replmon.core.kafka_diagnose import refusal
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,8 @@ class Pending:
     futures: list[Future]
     deadline: float
     """time.monotonic() after which an unanswered call fails."""
+    timeout_s: float = 0.0
+    """How long the calls were given: what an unanswered call's error says."""
 
 
 class ClusterClient:
@@ -120,7 +123,7 @@ class ClusterClient:
         if refused:
             return refused
         if auth:
-            return (f"authentication to {servers} failed ({type(auth[0]).__name__}: {auth[0]}); check "
+            return (f"authentication to {servers} failed ({describe(auth[0])}); check "
                     f"security.sasl_mechanism, username and password")
         reachable = self._reachable_servers()
         if not reachable:
@@ -192,7 +195,7 @@ class ClusterClient:
         timeout_ms = int((timeout_s * 1000) if timeout_s is not None else self.request_timeout_ms)
         deadline = time.monotonic() + timeout_ms / 1000
         futures: list[Future] = self._net.run(self._submit, list(calls), timeout_ms)
-        return Pending(list(calls), futures, deadline)
+        return Pending(list(calls), futures, deadline, timeout_ms / 1000)
 
     def gather(self, pending: Pending) -> list[Outcome]:
         """The outcome of each call of ``pending``, in its order, once answered or at its deadline."""
@@ -224,6 +227,10 @@ class ClusterClient:
                 response = await self._manager.wait_for(future, left_ms)
                 outcomes.append(Outcome(call, response=response))
             except Exception as exc:
+                if isinstance(exc, Errors.KafkaTimeoutError) and f"Timed out after {left_ms} ms" in str(exc):
+                    # the deadline passed: the client's text names what was left of it for this wait ("Timed out
+                    # after 32.9 ms"), a figure that means nothing to an operator and changes every cycle
+                    exc = Errors.KafkaTimeoutError(f"no answer within {pending.timeout_s:.1f} s")
                 outcomes.append(Outcome(call, error=exc))
         return outcomes
 

@@ -20,7 +20,7 @@ from collectors.protocol.sampler import ClusterSampler
 from collectors.publisher import SampleSink
 from replmon.contracts.samples import CycleSample
 from replmon.core.config import ClusterConfig, ReplmonConfig
-from replmon.core.errors import ReplmonError
+from replmon.core.errors import ReplmonError, describe
 from replmon.core.gcpause import paused as gc_paused
 
 log = logging.getLogger("replmon.collector")
@@ -59,7 +59,7 @@ class ClusterLoop:
                 return self._failed(str(exc))
             except Exception as exc:  # a bug or an unexpected answer must not end the collector
                 log.debug("cycle of %s failed", self.name, exc_info=True)
-                return self._failed(f"cluster {self.name}: sampling failed: {type(exc).__name__}: {exc}")
+                return self._failed(f"cluster {self.name}: sampling failed: {describe(exc)}")
             if self.last_error is not None:
                 log.warning("cluster %s: sampling again", self.name)
             self.last_error = None

@@ -34,7 +34,7 @@ from collectors.protocol.lineage import LineageBook, TopicPartition, clip_to_log
 from collectors.protocol.topics import TopicSelector, topic_changes
 from replmon.contracts.samples import MAX_REPLICAS, CycleSample, EpochEntry, Sample
 from replmon.core.config import ClusterConfig, CollectorConfig
-from replmon.core.errors import ReplmonError
+from replmon.core.errors import ReplmonError, describe
 from replmon.core.gcpause import paused as gc_paused
 from replmon.core.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
 
@@ -412,7 +412,4 @@ class _NoAnswer(Exception):
 
 
 def _describe_error(error: BaseException | None) -> str:
-    if error is None:
-        return "no answer"
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+    return "no answer" if error is None else describe(error)
