@@ -126,6 +126,20 @@ class Published:
         self.cycle = next(s for s in batch if isinstance(s, CycleSample))
         self.publisher.publish(batch)
 
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        return self.publisher.flush(timeout_s)
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        self.publisher.close(timeout_s)
+
+    @property
+    def dropped(self) -> int:
+        return self.publisher.dropped
+
+    @property
+    def buffered(self) -> int:
+        return self.publisher.buffered
+
 
 def measure(sampler: ClusterSampler, cycles: int, broker_pids: list[int], publisher: SamplePublisher
             ) -> tuple[dict[str, float], dict[str, float]]:
@@ -138,9 +152,9 @@ def measure(sampler: ClusterSampler, cycles: int, broker_pids: list[int], publis
     runs: dict[bool, dict[str, list[float]]] = {low: {"walls": [], "cpus": [], "requests": [], "loads": []}
                                                 for low in (False, True)}
     for i in range(2 * cycles):
-        low = i % 2 == 1
-        run = runs[low]
-        with deprioritised(broker_pids) if low else contextlib.nullcontext():
+        lowered = i % 2 == 1
+        run = runs[lowered]
+        with deprioritised(broker_pids) if lowered else contextlib.nullcontext():
             started, cpu = time.perf_counter(), time.process_time()
             error = loop.run_cycle()
             run["walls"].append(time.perf_counter() - started)
