@@ -608,8 +608,8 @@ def plot(r: dict[str, Any], curves: dict[str, list[float]], path: Path) -> None:
     ax2.set_ylabel("seconds per batch (means over the steady batches)")
     ax2.set_title(f"where a batch of {r['batch']:,} samples goes")
     ax2.legend(fontsize=8)
-    for (label, values), style in zip(curves.items(), ("s--", "^--"), strict=False):
-        ax3.plot(PROJECTED_CORES, [v / 1000 for v in values], style, ms=4, label=f"estimate from {label}")
+    for (label, estimate), style in zip(curves.items(), ("s--", "^--"), strict=False):
+        ax3.plot(PROJECTED_CORES, [v / 1000 for v in estimate], style, ms=4, label=f"estimate from {label}")
     for m in modes:
         if m["workers"]:
             ax3.plot([m["workers"]], [m["rate"] / 1000], "ko", ms=6)

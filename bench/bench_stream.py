@@ -318,7 +318,8 @@ class Latency:
     """Sample-to-metric latency histograms (10 ms bins) and per-batch figures, recorded in the driver."""
 
     per_sample: np.ndarray = field(default_factory=lambda: np.zeros(int(HIST_MAX_S / HIST_STEP_S) + 1))
-    batches: list[dict[str, float]] = field(default_factory=list)
+    batches: list[dict[str, Any]] = field(default_factory=list)
+    """Figures per batch, floats; ``per_partition`` a histogram (an array) while recording, else None."""
     recording: bool = False
     previous_newest_s: float | None = None
     batch_id: int = -1
@@ -454,7 +455,7 @@ def bench_classes(latency: Latency, timings: list[dict[str, float]], profile_dir
             if outer and handler is not None:
                 handler._phase["writes"] = handler._phase.get("writes", 0.0) + time.perf_counter() - started
 
-    batch_module.together = timed_together  # type: ignore[assignment]
+    batch_module.together = timed_together
     job_module.ReplicationProcessor = TimedProcessor  # type: ignore[misc]
     job_module.JobExporter = BenchExporter  # type: ignore[misc]
     globals()["BenchExporter"] = BenchExporter

@@ -207,7 +207,7 @@ def job_events(bootstrap: str, events_topic: str, ref: Reference, ignore_stale: 
         if event["type"] == EventType.STALE:
             if not ignore_stale:
                 out.append(event)
-        elif event["event_time_ms"] <= ref.last_sample_ms[key]:  # type: ignore[index]
+        elif event["event_time_ms"] <= ref.last_sample_ms[key]:
             out.append(event)
     return out
 
