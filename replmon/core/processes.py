@@ -9,9 +9,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from types import FrameType
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 T = TypeVar("T")
+
+NotYet = Literal[False, 0, ""] | None
+"""A probe's 'not yet' (:func:`wait_until`, :func:`wait_told`): the falsy values typing can name (an empty list,
+falsy too, it cannot). So a probe ``lambda: ready() and value`` is typed as waiting for ``value``, the truthy answer
+the wait returns."""
 
 
 def stop_processes(procs: Iterable[subprocess.Popen[Any] | None], grace_s: float = 15.0) -> None:
@@ -69,8 +74,8 @@ TOPIC_POLL_S = 2.0
 """How often a stage asks again for a topic another stage creates (:func:`wait_told`)."""
 
 
-def wait_told(probe: Callable[[], T | None], told: str, stop: threading.Event, interval_s: float = TOPIC_POLL_S
-              ) -> T | None:
+def wait_told(probe: Callable[[], T | NotYet], told: str, stop: threading.Event,
+              interval_s: float = TOPIC_POLL_S) -> T | None:
     """``probe``'s first truthy value, asked every ``interval_s`` for as long as it takes; None when ``stop`` is set
     first. ``told`` is said once (:func:`replmon.core.console.say`) when the first answer is not yet: a stage that
     waits for another (a topic it creates) says what it waits for, once."""
@@ -88,8 +93,8 @@ def wait_told(probe: Callable[[], T | None], told: str, stop: threading.Event, i
     return None
 
 
-def wait_until(probe: Callable[[], T | None], timeout_s: float, what: str, interval_s: float = 0.25,
-               fatal: tuple[type[BaseException], ...] = ()) -> T:
+def wait_until(probe: Callable[[], T | NotYet], timeout_s: float, what: str,
+               interval_s: float = 0.25, fatal: tuple[type[BaseException], ...] = ()) -> T:
     """Call ``probe`` until it returns something truthy; fail with ``what`` and the last value after the
     deadline. Exceptions of the probe count as 'not yet' (the cluster may be electing), but those of ``fatal``,
     which end the wait at once (a process waited on that exited)."""
