@@ -102,7 +102,7 @@ def spark() -> Iterator[SparkSession]:
     session = (SparkSession.builder.master("local[1]").appName("replmon-tests")
                .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "1")
                .config("spark.driver.bindAddress", "127.0.0.1").config("spark.driver.host", "127.0.0.1")
-               .config(map=STATE_CONF).config(map=PYTHON_CONF).getOrCreate())
+               .config(map={**STATE_CONF, **PYTHON_CONF}).getOrCreate())
     yield session
     session.stop()
 

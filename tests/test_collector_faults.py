@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +73,28 @@ def healthy(cycle: CycleSample, partitions: dict[int, PartitionSample], broker: 
     return (broker not in cycle.unreachable_brokers and len(partitions) == 3
             and all(r.error is None and r.log_end_offset is not None
                     for p in partitions.values() for r in p.replica_offsets if r.broker_id == broker))
+
+
+def marked_unreachable(printer: Printed, broker: int, since_ms: float) -> bool:
+    """A complete cycle begun at or after ``since_ms`` marks every replica of ``broker`` unreachable."""
+    return any(broker in c.unreachable_brokers and marks(p, broker) == {ReplicaError.UNREACHABLE} and len(p) == 3
+               for c, p in printer.cycles(since_ms))
+
+
+def read_again(printer: Printed, broker: int, since_ms: float
+               ) -> list[tuple[CycleSample, dict[int, PartitionSample]]] | None:
+    """The complete cycles begun at or after ``since_ms``, once the last of them read every replica of
+    ``broker``."""
+    cycles = printer.cycles(since_ms)
+    return cycles if cycles and healthy(*cycles[-1], broker) else None
+
+
+def published(samples_cluster: LocalCluster) -> list[PartitionSample | CycleSample]:
+    """The samples in the samples topic: a collector's, each a partition's or a cycle's."""
+    samples = [parse_sample(json.dumps(r)) for r in read_topic(samples_cluster.bootstrap_servers, SAMPLES_TOPIC)]
+    collected = [s for s in samples if isinstance(s, PartitionSample | CycleSample)]
+    assert collected == samples, "a sample no collector publishes"
+    return collected
 
 
 @pytest.fixture
@@ -153,20 +176,19 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
     for name, broker, fail, back in faults:
         failed_ms = time.time() * 1000
         fail(broker)
-        wait_until(lambda b=broker, t=failed_ms: any(  # type: ignore[misc]
-            b in c.unreachable_brokers and marks(p, b) == {ReplicaError.UNREACHABLE} and len(p) == 3
-            for c, p in printer.cycles(t)), 30, f"{name}: broker {broker}'s replicas marked unreachable")
+        wait_until(partial(marked_unreachable, printer, broker, failed_ms), 30,
+                   f"{name}: broker {broker}'s replicas marked unreachable")
         back(broker)
-        wait_until(lambda b=broker: serving(healthy_cluster, b), 60, f"broker {broker} serving again")
+        wait_until(partial(serving, healthy_cluster, broker), 60, f"broker {broker} serving again")
         returned_ms = time.time() * 1000
         # recovery within one cycle: the first cycle begun once the broker serves again reads all its replicas,
         # or, when that cycle began as the broker's listener opened, the one after it
-        after = wait_until(lambda b=broker, t=returned_ms: (x := printer.cycles(t)) and healthy(*x[-1], b) and x,
-                           60, f"broker {broker}'s replicas read again after {name}")
-        recovery[f"{name} {broker}"] = next(i for i, (c, p) in enumerate(after) if healthy(c, p, broker))
+        since_return = wait_until(partial(read_again, printer, broker, returned_ms), 60,
+                                  f"broker {broker}'s replicas read again after {name}")
+        recovery[f"{name} {broker}"] = next(i for i, (c, p) in enumerate(since_return) if healthy(c, p, broker))
         assert recovery[f"{name} {broker}"] <= 1, (
             f"{name} {broker}: cycles begun after its return, until its replicas were read again: "
-            f"{[(c.cycle, c.duration_ms, c.unreachable_brokers, marks(p, broker)) for c, p in after]}")
+            f"{[(c.cycle, c.duration_ms, c.unreachable_brokers, marks(p, broker)) for c, p in since_return]}")
         assert printer.proc.poll() is None and publisher.poll() is None, "a collector died"
 
     metrics = scrape(metrics_port)
@@ -184,8 +206,7 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
     published_before = during["replmon_collector_samples_published_total"]
 
     def resumed() -> bool:
-        newer = [s for s in map(parse_sample, (json.dumps(r) for r in read_topic(
-            samples_cluster.bootstrap_servers, SAMPLES_TOPIC))) if s.sample_time_ms > back_ms]
+        newer = [s for s in published(samples_cluster) if s.sample_time_ms > back_ms]
         return len(newer) >= 8
 
     # the publisher retries with backoff up to 30 s, and sends still in flight time out after 30 s
@@ -197,7 +218,7 @@ def test_collector_rides_out_broker_faults_and_a_samples_cluster_outage(
     after = scrape(metrics_port)
     assert after["replmon_collector_samples_published_total"] > published_before
     assert after["replmon_collector_samples_buffered"] <= BUFFER
-    stored = [parse_sample(json.dumps(r)) for r in read_topic(samples_cluster.bootstrap_servers, SAMPLES_TOPIC)]
+    stored = published(samples_cluster)
     kept: dict[int, set[int]] = {}  # cycle -> partitions stored (-1: the cycle sample); a re-sent sample counts once
     for s in stored:
         kept.setdefault(s.cycle, set()).add(s.partition if isinstance(s, PartitionSample) else -1)

@@ -220,6 +220,7 @@ def test_spark_s_kafka_source_gets_the_certificates_inline_so_no_executor_needs_
     tmp_path: Path,
 ) -> None:
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
 
     from replmon.core.config import SecurityConfig
     from replmon.testbed.localcluster import tls
@@ -227,6 +228,7 @@ def test_spark_s_kafka_source_gets_the_certificates_inline_so_no_executor_needs_
     ca = tls.new_authority()
     keystore = tls.node_keystore(ca)
     key = serialization.load_pem_private_key(keystore, None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)  # the testbed's keys
     (tmp_path / "ca.pem").write_bytes(ca.cert_pem)
     (tmp_path / "client.pem").write_bytes(keystore[keystore.index(b"-----BEGIN CERTIFICATE"):])
     (tmp_path / "client.key").write_bytes(key.private_bytes(  # an encrypted key, as sites keep them
@@ -239,8 +241,9 @@ def test_spark_s_kafka_source_gets_the_certificates_inline_so_no_executor_needs_
     assert props["ssl.truststore.certificates"] == ca.cert_pem.decode()
     assert props["ssl.keystore.certificate.chain"] == (tmp_path / "client.pem").read_text()
     assert props["ssl.keystore.key"].startswith("-----BEGIN PRIVATE KEY-----")  # PKCS#8, what Java reads
-    assert serialization.load_pem_private_key(props["ssl.keystore.key"].encode(), None).private_numbers() == \
-        key.private_numbers()  # type: ignore[union-attr]
+    inline_key = serialization.load_pem_private_key(props["ssl.keystore.key"].encode(), None)
+    assert isinstance(inline_key, ec.EllipticCurvePrivateKey)
+    assert inline_key.private_numbers() == key.private_numbers()
     assert not any(k.endswith("location") for k in props)
     # a properties file for Kafka's tools names the CA file, and the client certificate not at all
     assert security.java_client()["ssl.truststore.location"] == str(tmp_path / "ca.pem")

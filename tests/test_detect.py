@@ -759,7 +759,7 @@ def test_duplicate_sample_is_ignored() -> None:
     state, events, metrics = step_dict(before, seq[1], CFG)
     assert state is before
     assert events == []
-    assert metrics == metrics_of(before)  # type: ignore[arg-type]
+    assert metrics == metrics_of(before)
 
 
 def test_older_sample_is_ignored_and_equal_time_needs_a_newer_cycle() -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -121,10 +122,14 @@ def test_a_clean_failover_under_load_pages_nobody_and_reports_the_discarded_tail
         return [e for e in pipeline.events()
                 if e["type"] == etype and e["brokers"] == [LEADER] and e["event_time_ms"] >= killed_ms]
 
+    def all_reported(etype: str, count: int) -> list[dict[str, Any]] | None:
+        """The broker's ``etype`` events, once there are ``count`` of them."""
+        found = broker_events(etype)
+        return found if len(found) >= count else None
+
     for etype, times, severity in (("BROKER_FENCED", fences, "warning"), ("BROKER_UNFENCED", unfences, "info")):
         count = len(times)
-        reported = wait_until(lambda etype=etype, n=count: len(found := broker_events(etype)) >= n and found,
-                              DEADLINE_S, f"broker 1's {etype} ({count})")
+        reported = wait_until(partial(all_reported, etype, count), DEADLINE_S, f"broker 1's {etype} ({count})")
         assert sorted((e["event_time_ms"], e["severity"], e["source"]) for e in reported) == [
             (at, severity, "metadata_log") for at in times]
 

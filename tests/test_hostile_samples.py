@@ -79,7 +79,7 @@ def base(model: type[BaseModel], i: int = 0) -> dict[str, Any]:
                                log_end_offset=10, epoch_lineage=[EpochEntry(leader_epoch=3, start_offset=0)])
     else:
         sample = CycleSample(**common, collector_id="c", duration_ms=1, partitions=1, brokers=[1])
-    data: dict[str, Any] = json.loads(to_json(sample))  # type: ignore[arg-type]
+    data: dict[str, Any] = json.loads(to_json(sample))
     return data
 
 

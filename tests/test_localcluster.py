@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
 from replmon.testbed.localcluster.cluster import cluster_dir_to_start, cluster_pids
 from replmon.testbed.localcluster.properties import BROKER_DEFAULTS
-from replmon.testbed.workload import readable_sequences
+from replmon.testbed.workload import SequencedProducer, readable_sequences
 
 REPLMON = [sys.executable, "-m", "replmon.cli"]
 LAG_MAX_S = int(BROKER_DEFAULTS["replica.lag.time.max.ms"]) / 1000
@@ -235,7 +236,7 @@ def test_a_command_given_a_cluster_dir_starts_its_cluster_there(tmp_path: Path,
 # ---------------------------------------------------------------------------------------------- replication
 @pytest.mark.cluster
 def test_rf3_topic_produce_and_consume(cluster: LocalCluster, kafka_view: KafkaView, topic_name: str,
-                                       producer_factory) -> None:  # type: ignore[no-untyped-def]
+                                       producer_factory: Callable[..., SequencedProducer]) -> None:
     kafka_view.create_topic(topic_name, partitions=2, replication_factor=3)
     for p in (0, 1):
         assert sorted(kafka_view.partition(topic_name, p).replicas) == cluster.broker_ids
@@ -249,8 +250,9 @@ def test_rf3_topic_produce_and_consume(cluster: LocalCluster, kafka_view: KafkaV
 
 
 @pytest.mark.cluster
-def test_a_paused_producer_has_every_message_it_sent_settled(cluster: LocalCluster, kafka_view: KafkaView,
-                                                             topic_name: str, producer_factory) -> None:  # type: ignore[no-untyped-def]
+def test_a_paused_producer_has_every_message_it_sent_settled(
+    cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory: Callable[..., SequencedProducer],
+) -> None:
     """pause() returns with nothing in flight: every sequence number the producer took is acknowledged or failed,
     so what it reports acknowledged is final (the demo and the unclean scenario compare it with what a consumer
     still reads). Sending without pause between messages, a send the loop had begun used to land after the flush."""
@@ -266,7 +268,8 @@ def test_a_paused_producer_has_every_message_it_sent_settled(cluster: LocalClust
 
 @pytest.mark.cluster
 def test_paused_follower_leaves_the_isr_and_returns_on_resume(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str,
+    producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     kafka_view.create_topic(topic_name, assignment={0: [1, 2, 3]})
     producer = producer_factory(topic_name)
@@ -290,7 +293,8 @@ def test_paused_follower_leaves_the_isr_and_returns_on_resume(
 
 @pytest.mark.cluster
 def test_killed_leader_is_replaced_with_the_next_leader_epoch(
-    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, kafka_view: KafkaView, topic_name: str,
+    producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     kafka_view.create_topic(topic_name, assignment={0: [2, 3, 1]})
     producer = producer_factory(topic_name)

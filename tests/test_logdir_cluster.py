@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from replmon.cli import main
 from replmon.contracts.samples import EpochEntry, ReplicaSample, parse_sample
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster, NodeState
+from replmon.testbed.workload import SequencedProducer
 from tests.kafka_dump import Batch, lineage_of, log_batches
 
 pytestmark = pytest.mark.cluster
@@ -54,7 +55,7 @@ def caught_up(cluster: LocalCluster, view: KafkaView, topic: str) -> int:
 
 
 def test_leo_of_every_replica_matches_the_high_watermark(
-    cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory,  # type: ignore[no-untyped-def]
+    cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory: Callable[..., SequencedProducer],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     view.create_topic(topic_name, replication_factor=3)
@@ -100,7 +101,7 @@ def assert_reads_as_kafka(sample: ReplicaSample, kafka: list[Batch]) -> None:
 
 
 def test_reads_a_stopped_brokers_log_dir(
-    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     """Broker 3 stops while the producer writes on: its log on disk, read by the agent, is what Kafka's dump tool
     reads there, and the others' logs go on past it."""
@@ -120,7 +121,7 @@ def test_reads_a_stopped_brokers_log_dir(
 
 
 def test_new_leader_lineage_after_a_leader_kill(
-    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     """Leader 2 is SIGKILLed while the producer writes on: the dead leader's log and the new leader's new epoch
     entry, read by the agent, are what Kafka's dump tool reads in the same files."""
@@ -146,7 +147,7 @@ def test_new_leader_lineage_after_a_leader_kill(
 
 
 def test_unclean_election_old_leader_holds_what_the_new_lineage_lacks(
-    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory  # type: ignore[no-untyped-def]
+    healthy_cluster: LocalCluster, view: KafkaView, topic_name: str, producer_factory: Callable[..., SequencedProducer],
 ) -> None:
     """The unclean scenario, an acks=1 producer writing throughout: the followers stop, leader 1 alone takes
     writes and dies, stale broker 2 is elected. Read from disk before broker 1 returns, its log goes on past

@@ -246,9 +246,11 @@ def test_damaged_files_mark_their_replica_for_that_cycle(copy: Copy, tmp_path: P
         assert damaged[copy.p0].error is None
         assert damaged[copy.p0].log_end_offset == (copy.high_watermark if expected_leo is None else expected_leo)
     else:
-        assert damaged[copy.p0].error is not None and case.error in damaged[copy.p0].error, damaged[copy.p0].error
+        error = damaged[copy.p0].error
+        assert error is not None and case.error in error, error
     if case.both_replicas:
-        assert damaged[p1].error is not None and case.error is not None and case.error in damaged[p1].error
+        error = damaged[p1].error
+        assert error is not None and case.error is not None and case.error in error
     else:
         assert damaged[p1].error is None and values(damaged[p1]) == values(before[p1])
 
@@ -323,9 +325,10 @@ def test_agent_survives_files_changing_while_it_reads(copy: Copy, tmp_path: Path
     p1 = f"{copy.topic}-1"
 
     proc = agent(work)
+    stdout, stderr = proc.stdout, proc.stderr
+    assert stdout is not None and stderr is not None  # the fixture pipes both
     lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")),  # type: ignore[union-attr]
-                              daemon=True)
+    reader = threading.Thread(target=lambda: lines.extend(iter(stdout.readline, "")), daemon=True)
     reader.start()
     stop = threading.Event()
     mutations: list[str] = []
@@ -354,7 +357,7 @@ def test_agent_survives_files_changing_while_it_reads(copy: Copy, tmp_path: Path
         stop.set()
         mutator.join(timeout=30)
     assert not failures, failures
-    assert proc.poll() is None, f"the agent died: {proc.stderr.read()[-2000:]}"  # type: ignore[union-attr]
+    assert proc.poll() is None, f"the agent died: {stderr.read()[-2000:]}"
     _restore(copy, work, stamps)
     cycles_before_stop = len({_cycle(x) for x in lines})
     wait_until(lambda: len({_cycle(x) for x in lines}) >= cycles_before_stop + 3, 30, "cycles on the restored files")
@@ -364,9 +367,9 @@ def test_agent_survives_files_changing_while_it_reads(copy: Copy, tmp_path: Path
     samples = [parse_sample(line) for line in lines]
     assert all(isinstance(s, ReplicaSample) for s in samples)
     by_cycle: dict[int, dict[str, ReplicaSample]] = {}
-    for s in samples:
-        assert isinstance(s, ReplicaSample)
-        by_cycle.setdefault(s.cycle, {})[f"{s.topic}-{s.partition}"] = s
+    for sample in samples:
+        assert isinstance(sample, ReplicaSample)
+        by_cycle.setdefault(sample.cycle, {})[f"{sample.topic}-{sample.partition}"] = sample
     flagged = clean = 0
     for cycle, found in by_cycle.items():
         assert p1 in found, f"cycle {cycle}: the untouched replica is missing"

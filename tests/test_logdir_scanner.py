@@ -222,9 +222,9 @@ def test_large_segment_with_a_preallocated_index(tmp_path: Path) -> None:
         offset += 3
     segment = part / f"{5000:020d}.log"
     segment.write_bytes(log)
-    with open(part / f"{5000:020d}.index", "wb") as f:
-        f.write(index)
-        f.truncate(10 * 1024 * 1024)
+    with open(part / f"{5000:020d}.index", "wb") as out:
+        out.write(index)
+        out.truncate(10 * 1024 * 1024)
     last_position = struct.unpack(">ii", index[-8:])[1]
     with open(segment, "rb") as f:
         def read(position: int, size: int) -> bytes:

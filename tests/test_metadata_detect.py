@@ -14,10 +14,18 @@ import pandas as pd
 from collectors.logdir.metadata.batches import MetadataRecord
 from collectors.logdir.metadata.view import MetadataView
 from replmon.contracts.events import EventSource, EventType
-from replmon.contracts.samples import MAX_REPLICAS, LeaderRecoveryState, PartitionChange, parse_sample, to_json
+from replmon.contracts.samples import (
+    MAX_REPLICAS,
+    BrokerChange,
+    LeaderRecoveryState,
+    PartitionChange,
+    parse_sample,
+    to_json,
+)
 from streaming.detect import step_broker_change, step_partition_change
 from streaming.parse import judge
 from streaming.processor import KIND_EVENT, process_bucket
+from streaming.state import BrokerRegistry
 from tests.test_detect import CFG, Feed, S, replica, sample
 
 TOPIC_ID = "7J5r3yWzTqWbL3X8RvoL0A"
@@ -47,23 +55,40 @@ def topic_record(offset: int = 0) -> MetadataRecord:
     return record(offset, "TopicRecord", {"name": "orders", "topicId": TOPIC_ID})
 
 
+def partition_changes(view: MetadataView, rec: MetadataRecord) -> list[PartitionChange]:
+    """The changes the view makes of ``rec``, every one a partition's."""
+    changes = view.apply(rec)
+    partitions = [c for c in changes if isinstance(c, PartitionChange)]
+    assert partitions == changes, changes
+    return partitions
+
+
+def broker_changes(view: MetadataView, rec: MetadataRecord) -> list[BrokerChange]:
+    """The changes the view makes of ``rec``, every one a broker's."""
+    changes = view.apply(rec)
+    brokers = [c for c in changes if isinstance(c, BrokerChange)]
+    assert brokers == changes, changes
+    return brokers
+
+
 # ------------------------------------------------------------------------------------------------ the replay
 
 def test_the_view_replays_kafkas_merge_rules() -> None:
     view = MetadataView("prod", "a/logdir-agent", 1)
     assert view.apply(topic_record(0)) == []
-    (created,) = view.apply(partition_record(1, isr=[1, 2, 3], epoch=4))
+    (created,) = partition_changes(view, partition_record(1, isr=[1, 2, 3], epoch=4))
     assert (created.leader, created.leader_epoch, created.isr, created.previous_isr) == (1, 4, [1, 2, 3], None)
-    (shrunk,) = view.apply(change_record(2, isr=[1, 3]))  # no leader change: the leader epoch stays
+    (shrunk,) = partition_changes(view, change_record(2, isr=[1, 3]))  # no leader change: the leader epoch stays
     assert (shrunk.leader, shrunk.leader_epoch, shrunk.partition_epoch) == (1, 4, 1)
     assert (shrunk.isr, shrunk.previous_isr, shrunk.previous_leader) == ([1, 3], [1, 2, 3], 1)
-    (elected,) = view.apply(change_record(3, leader=3, isr=[3], recovery=1, elr=[]))
+    (elected,) = partition_changes(view, change_record(3, leader=3, isr=[3], recovery=1, elr=[]))
     assert (elected.leader, elected.leader_epoch, elected.partition_epoch) == (3, 5, 2)
     assert elected.leader_recovery_state is LeaderRecoveryState.RECOVERING
     assert (elected.previous_leader, elected.previous_leader_epoch, elected.previous_isr) == (1, 4, [1, 3])
-    (recovered,) = view.apply(change_record(4, recovery=0))  # -1 would keep it: 0 is RECOVERED
+    (recovered,) = partition_changes(view, change_record(4, recovery=0))  # -1 would keep it: 0 is RECOVERED
     assert recovered.leader_recovery_state is LeaderRecoveryState.RECOVERED
-    (bumped,) = view.apply(change_record(5, leader=3))  # the same leader named again: a new epoch (Kafka's rule)
+    # the same leader named again: a new epoch (Kafka's rule)
+    (bumped,) = partition_changes(view, change_record(5, leader=3))
     assert (bumped.leader, bumped.leader_epoch) == (3, 6)
     assert parse_sample(to_json(bumped)) == bumped  # the record validates as its contract
 
@@ -73,9 +98,9 @@ def test_the_view_clears_elr_forgets_removed_topics_and_skips_what_it_cannot_pla
     assert view.apply(change_record(1, isr=[1])) == []  # no registration read yet: nothing to merge into
     view.apply(topic_record(2))
     view.apply(partition_record(3, isr=[1, 2, 3]))
-    (with_elr,) = view.apply(change_record(4, isr=[1], elr=[2, 3]))
+    (with_elr,) = partition_changes(view, change_record(4, isr=[1], elr=[2, 3]))
     assert with_elr.elr == [2, 3]
-    (cleared,) = view.apply(record(5, "ClearElrRecord", {"topicName": "orders"}))
+    (cleared,) = partition_changes(view, record(5, "ClearElrRecord", {"topicName": "orders"}))
     assert (cleared.elr, cleared.last_known_elr, cleared.record_type) == ([], [], "ClearElrRecord")
     assert view.apply(record(6, "ClearElrRecord", {"topicName": ""})) == []  # nothing left to clear
     assert view.apply(record(7, "RemoveTopicRecord", {"topicId": TOPIC_ID})) == []
@@ -89,12 +114,12 @@ def test_a_partition_beyond_the_contract_s_replicas_is_published_for_the_job_to_
     view = MetadataView("prod", "a", 1)
     view.apply(topic_record(0))
     wide = list(range(1, MAX_REPLICAS + 2))
-    (change,) = view.apply(record(1, "PartitionRecord", {
+    (change,) = partition_changes(view, record(1, "PartitionRecord", {
         "partitionId": 7, "topicId": TOPIC_ID, "replicas": wide, "isr": wide, "removingReplicas": [],
         "addingReplicas": [], "leader": 1, "leaderRecoveryState": 0, "leaderEpoch": 0, "partitionEpoch": 0,
         "directories": [], "eligibleLeaderReplicas": None, "lastKnownElr": None}))
     assert change.replicas == wide and judge(to_json(change)).reason == "bad_length:replicas"
-    (shrunk,) = view.apply(change_record(2, isr=[1, 2]))  # the replay goes on, the partition known
+    (shrunk,) = partition_changes(view, change_record(2, isr=[1, 2]))  # the replay goes on, the partition known
     assert (shrunk.replicas, shrunk.isr, shrunk.previous_isr) == (wide, [1, 2], wide)
 
 
@@ -103,7 +128,7 @@ def test_a_snapshot_replaces_the_view_and_reports_nothing() -> None:
     view.apply(topic_record(0))
     view.apply(partition_record(1, isr=[1]))
     view.load_snapshot([topic_record(0), partition_record(1, isr=[1, 2, 3], epoch=9)])
-    (change,) = view.apply(change_record(50, isr=[1, 2]))
+    (change,) = partition_changes(view, change_record(50, isr=[1, 2]))
     assert (change.leader_epoch, change.previous_isr, change.isr) == (9, [1, 2, 3], [1, 2])
 
 
@@ -307,22 +332,22 @@ def registration_change(offset: int, broker: int, epoch: int, *, fenced: int = 0
 
 def test_the_view_replays_broker_registrations_fencing_and_controlled_shutdown_as_kafka_does() -> None:
     view = MetadataView("prod", "a/logdir-agent", 1)
-    (registered,) = view.apply(register_record(10, 2, 10))
+    (registered,) = broker_changes(view, register_record(10, 2, 10))
     assert (registered.broker, registered.fenced, registered.previous_registered) == (2, True, False)
-    (unfenced,) = view.apply(registration_change(11, 2, 10, fenced=-1))
+    (unfenced,) = broker_changes(view, registration_change(11, 2, 10, fenced=-1))
     assert (unfenced.fenced, unfenced.previous_fenced, unfenced.record_type) == (
         False, True, "BrokerRegistrationChangeRecord")
     assert view.apply(registration_change(12, 2, 9, fenced=1)) == []  # a stale epoch: Kafka ignores it too
     assert view.apply(registration_change(13, 2, 10)) == []  # no change at all
-    (stopping,) = view.apply(registration_change(14, 2, 10, shutdown=1))
+    (stopping,) = broker_changes(view, registration_change(14, 2, 10, shutdown=1))
     assert (stopping.in_controlled_shutdown, stopping.fenced) == (True, False)
-    (stopped,) = view.apply(registration_change(15, 2, 10, fenced=1))
+    (stopped,) = broker_changes(view, registration_change(15, 2, 10, fenced=1))
     assert (stopped.fenced, stopped.previous_in_controlled_shutdown) == (True, True)
-    (fenced_old_style,) = view.apply(register_record(16, 3, 16, fenced=False))
+    (fenced_old_style,) = broker_changes(view, register_record(16, 3, 16, fenced=False))
     assert fenced_old_style.fenced is False
-    (fence,) = view.apply(record(17, "FenceBrokerRecord", {"id": 3, "epoch": 16}))
+    (fence,) = broker_changes(view, record(17, "FenceBrokerRecord", {"id": 3, "epoch": 16}))
     assert (fence.fenced, fence.previous_fenced) == (True, False)
-    (gone,) = view.apply(record(18, "UnregisterBrokerRecord", {"brokerId": 3, "brokerEpoch": 16}))
+    (gone,) = broker_changes(view, record(18, "UnregisterBrokerRecord", {"brokerId": 3, "brokerEpoch": 16}))
     assert (gone.registered, gone.previous_registered) == (False, True)
     assert parse_sample(to_json(gone)) == gone  # the record validates as its contract
     view.load_snapshot([register_record(20, 2, 20)])
@@ -352,13 +377,14 @@ def test_broker_fencing_and_unfencing_are_events_at_the_controllers_time_each_re
     _, again = process_bucket(table, rows, CFG, now_ms=2_000)  # replayed: nothing new
     assert not [r for r in again if r["kind"] == KIND_EVENT]
     (registry,) = table.values()
-    assert registry.fenced == {2: True}  # type: ignore[union-attr]
+    assert isinstance(registry, BrokerRegistry)
+    assert registry.fenced == {2: True}
 
 
 def test_a_restarted_broker_registering_again_before_it_was_fenced_is_reported_fenced() -> None:
     view = MetadataView("prod", "a", 1)
     changes = [c for r in [register_record(10, 2, 10, fenced=False), register_record(20, 2, 20)]
-               for c in view.apply(r)]
+               for c in broker_changes(view, r)]
     registry, first = step_broker_change(None, changes[0])
     _, second = step_broker_change(registry, changes[1])
     assert [e.type for e in first] == [EventType.BROKER_UNFENCED]

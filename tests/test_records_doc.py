@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 from replmon.contracts.events import EVENT_TYPES, Event, EventType
 from replmon.contracts.samples import SAMPLE_MODELS, EpochEntry, ReplicaError, ReplicaOffsets
 from tests.scripts import load_script
@@ -50,12 +52,13 @@ def test_every_event_type_and_replica_error_is_documented() -> None:
         assert re.search(rf"^\| `{error.value}` \| \w", samples, flags=re.M), error
 
 
-def test_the_check_mode_fails_on_a_stale_doc(tmp_path: Path) -> None:
+def test_the_check_mode_fails_on_a_stale_doc(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     gen = _generator()
-    gen.SAMPLES_DOC = tmp_path / "samples.md"
-    gen.EVENTS_DOC = tmp_path / "events.md"
-    gen.SAMPLES_DOC.write_text(gen.render_samples())
-    gen.EVENTS_DOC.write_text(gen.render_events().replace("| `STALE` |", "| `STAIL` |"))
+    samples_doc, events_doc = tmp_path / "samples.md", tmp_path / "events.md"
+    monkeypatch.setattr(gen, "SAMPLES_DOC", samples_doc)
+    monkeypatch.setattr(gen, "EVENTS_DOC", events_doc)
+    samples_doc.write_text(gen.render_samples())
+    events_doc.write_text(gen.render_events().replace("| `STALE` |", "| `STAIL` |"))
     assert gen.main(["--check"]) == 1
     assert gen.main([]) == 0 and gen.main(["--check"]) == 0
     out = subprocess.run([sys.executable, str(SCRIPT), "--check"], capture_output=True, text=True, cwd=ROOT,

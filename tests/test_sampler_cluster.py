@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -154,16 +155,24 @@ def test_leader_kill_raises_the_epoch_and_extends_the_lineage(
     s = sampling([topic_name])
     producer = producer_factory(topic_name, acks="all")
     producer.wait_acknowledged(30)
-    first = wait_until(lambda: (x := s.partition(topic_name)).epoch_lineage and x.high_watermark and x, 20,
-                       "the first lineage and high watermark")
+
+    def with_lineage_and_hw() -> PartitionSample | None:
+        x = s.partition(topic_name)
+        return x if x.epoch_lineage and x.high_watermark else None
+
+    first = wait_until(with_lineage_and_hw, 20, "the first lineage and high watermark")
     assert first.leader == 1
     assert first.epoch_lineage is not None and first.epoch_lineage[-1].leader_epoch == first.leader_epoch
     old_epoch = first.leader_epoch
 
     healthy_cluster.kill(1)
-    new = wait_until(lambda: (x := s.partition(topic_name)).leader_epoch > old_epoch and x.epoch_lineage
-                     and x.epoch_lineage[-1].leader_epoch == x.leader_epoch and x, 40,
-                     "a new leader epoch and its lineage entry")
+
+    def with_new_epoch_in_lineage() -> PartitionSample | None:
+        x = s.partition(topic_name)
+        return x if (x.leader_epoch > old_epoch and x.epoch_lineage
+                     and x.epoch_lineage[-1].leader_epoch == x.leader_epoch) else None
+
+    new = wait_until(with_new_epoch_in_lineage, 40, "a new leader epoch and its lineage entry")
     assert new.leader in (2, 3)
     kafka_says = view.partition(topic_name)
     assert (kafka_says.leader, kafka_says.leader_epoch) == (new.leader, new.leader_epoch)
@@ -334,6 +343,9 @@ def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCl
 
     from streaming.exporter import scrape
 
+    def counted_a_cycle(port: int) -> bool:
+        return sum(v for _, v in scrape(port).get("replmon_collector_cycles_total", [])) >= 1
+
     view.create_topic(topic_name)
     path = tmp_path / "replmon.yaml"
     path.write_text(yaml.safe_dump({
@@ -352,8 +364,7 @@ def test_metrics_port_zero_serves_on_a_free_port_and_says_which(cluster: LocalCl
             ports.append(int(found.group(1)))
         assert len(set(ports)) == 2 and 0 not in ports
         for port in ports:
-            wait_until(lambda port=port: sum(v for _, v in scrape(port).get("replmon_collector_cycles_total", [])) >= 1,
-                       60, f"a cycle counted on port {port}")
+            wait_until(partial(counted_a_cycle, port), 60, f"a cycle counted on port {port}")
         for proc in procs:
             proc.terminate()
         for proc in procs:

@@ -53,7 +53,7 @@ def standalone_spark(standalone: StandaloneCluster) -> Iterator[SparkSession]:
 
 def live_executors(spark: SparkSession) -> set[str]:
     """The ids of the executors the driver's scheduler has now (a lost one is gone from it)."""
-    ids = spark.sparkContext._jsc.sc().getExecutorIds()  # type: ignore[union-attr]
+    ids = spark.sparkContext._jsc.sc().getExecutorIds()
     return {str(ids.apply(i)) for i in range(ids.size())}
 
 

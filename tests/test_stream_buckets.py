@@ -37,10 +37,20 @@ def test_balanced_ids_take_the_smallest_ids_of_each_task_in_turn() -> None:
         balanced_ids(task_of, 8, 2)  # 4 needed on task 0, which has 3
 
 
+def conf_values(spark: SparkSession, *keys: str) -> dict[str, str]:
+    """The session's values of ``keys``, settings Spark has a default for."""
+    values: dict[str, str] = {}
+    for key in keys:
+        value = spark.conf.get(key)
+        assert value is not None, key
+        values[key] = value
+    return values
+
+
 @pytest.fixture
 def two_tasks(spark: SparkSession) -> Iterator[SparkSession]:
     """The job's 2 state tasks (streaming.session), without adaptive execution merging shuffle partitions."""
-    before = {key: spark.conf.get(key) for key in ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")}
+    before = conf_values(spark, "spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     yield spark
@@ -87,8 +97,7 @@ def test_each_id_s_task_is_the_one_spark_s_hash_partitioning_gives(spark: SparkS
     for tasks in (1, 2, 3, 7, 64):
         rows = ids.select("id", F.pmod(F.hash("id"), F.lit(tasks)).alias("task")).orderBy("id").collect()
         assert task_of_ids(5000, tasks) == [int(row["task"]) for row in rows]
-    keys = ("spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
-    before = {key: spark.conf.get(key) for key in keys}
+    before = conf_values(spark, "spark.sql.shuffle.partitions", "spark.sql.adaptive.enabled")
     spark.conf.set("spark.sql.shuffle.partitions", "3")
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:

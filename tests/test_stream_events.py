@@ -67,7 +67,7 @@ def read_topic(bootstrap: str, topic: str) -> list[tuple[str, dict[str, Any]]]:
         consumer.assign(parts)
         consumer.seek_to_beginning(*parts)
         end = consumer.end_offsets(parts)
-        out = []
+        out: list[tuple[str, dict[str, Any]]] = []
         while any(consumer.position(tp) < end[tp] for tp in parts):
             for records in consumer.poll(timeout_ms=1000).values():
                 out.extend((r.key.decode(), json.loads(r.value)) for r in records)

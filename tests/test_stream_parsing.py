@@ -187,8 +187,8 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
         spark: SparkSession) -> None:
     cycle = CycleSample(cluster="c1", collector_id="col", cycle=7, sample_time_ms=1, duration_ms=5, partitions=1,
                         brokers=[1, 2, 3])
-    values = [json.dumps(partition_sample()).encode(), to_json(cycle), b"\xff{not json", None,
-              json.dumps(partition_sample(leader_epoch=-5)).encode()]
+    out_of_range = json.dumps(partition_sample(leader_epoch=-5)).encode()
+    values = [json.dumps(partition_sample()).encode(), to_json(cycle), b"\xff{not json", None, out_of_range]
     keys = [b"c1/orders/3", b"c1", b"\x00\xfe binary key", None, b"k"]
     taken = rows(spark, values, keys)
     # the valid cycle sample is dropped; the valid partition sample is passed as the collectors wrote it
@@ -197,7 +197,7 @@ def test_the_processor_takes_valid_samples_and_bad_records_with_what_the_quarant
     bad = quarantined_records([r["sample"] for r in taken if r["kind"] == "q"]).sort_values("offset")
     assert bad["offset"].tolist() == [102, 103, 104] and set(bad["partition"]) == {4}
     assert bad["key"].tolist() == [b"\x00\xfe binary key", None, b"k"]
-    assert bad["raw"].tolist() == ["\ufffd{not json", None, values[4].decode()]
+    assert bad["raw"].tolist() == ["\ufffd{not json", None, out_of_range.decode()]
     assert bad["reason"].tolist() == [schema.INVALID_UTF8, schema.MALFORMED_JSON,
                                       f"{schema.OUT_OF_RANGE}:leader_epoch"]
 

@@ -54,6 +54,7 @@ from streaming.serving import (
     recorded_columns,
     served_of,
 )
+from streaming.state import PartitionKey
 from streaming.table import ColumnarTable, pack, unpack
 
 CFG = DetectConfig(stale_after_ms=10_000)
@@ -234,7 +235,8 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                               if (rng.random() < 0.7 or cycle == last) and (p < 24 or cycle < 6)]
                     table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), cfg, now_ms,
                                               copy=False)
-                    rows, steady, gone = out.rows, out.steady, []
+                    gone: list[PartitionKey] = []
+                    rows, steady = out.rows, out.steady
                     every = rows + ([] if steady is None else steady_rows(steady))
                 else:
                     table, rows, gone = expire_bucket(table, cfg, now_ms)

@@ -63,8 +63,11 @@ class GrowingTable(StatefulProcessor):
         before = len(table)
         table[("c", "t", before)] = PartitionState.new("c", "t", before, os.urandom(self.entry_bytes).decode("latin-1"))
         self.table.save(table)
-        yield pd.DataFrame({"entries_before": [before],
-                            "table_bytes": [sum(len(state.meta.topic_id or "") for state in table.values())]})
+        table_bytes = 0
+        for state in table.values():
+            assert isinstance(state, PartitionState)  # the only kind this processor stores
+            table_bytes += len(state.meta.topic_id or "")
+        yield pd.DataFrame({"entries_before": [before], "table_bytes": [table_bytes]})
 
     def close(self) -> None:
         pass

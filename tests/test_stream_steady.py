@@ -40,7 +40,7 @@ from streaming.processor import (
     process_bucket,
     serve,
 )
-from streaming.state import PartitionState
+from streaming.state import BucketValue, PartitionKey, PartitionState
 from streaming.steady import SteadyColumns, steady_form
 from streaming.table import ColumnarTable, pack, unpack
 
@@ -149,8 +149,9 @@ class Partition:
 def batch_frame(records: list[tuple[str, dict[str, Any]]], batched: int = 0) -> pd.DataFrame:
     """The processor's input: JSON records, and the partition samples among the first ``batched`` records as
     batches (a few records of entries each, as a bucket's shares of batch records arrive)."""
-    rows = [(k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")), s.get("cycle",
-            s.get("metadata_offset")), None) for k, s in records[batched:] if True]
+    rows: list[tuple[str, str | None, Any, Any, bytes | None]] = [
+        (k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")),
+         s.get("cycle", s.get("metadata_offset")), None) for k, s in records[batched:] if True]
     entries = [s for k, s in records[:batched] if k == "p"]
     rows += [(k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")),
               s.get("cycle", s.get("metadata_offset")), None) for k, s in records[:batched] if k != "p"]
@@ -307,7 +308,8 @@ def test_a_bucket_s_replica_matrices_shrink_back_when_its_widest_partition_narro
     cluster = [Partition(Healthy(n), n) for n in range(60)]
     assigned = cluster[0].replicas
     wide = sorted(set(assigned) | set(range(5, 5 + 40 - len(assigned))))
-    table, plain = ColumnarTable(), {}
+    table = ColumnarTable()
+    plain: dict[PartitionKey, BucketValue] = {}
     widths = []
     for cycle in range(1, 11):
         now = 1_000_000 + cycle * 5_000
@@ -348,7 +350,12 @@ def test_the_columns_hold_a_steady_state_exactly() -> None:
     assert len(states) > 50
     columns = SteadyColumns.empty()
     columns.add(states)
-    assert {key: columns.state(columns.row_of(key)) for key in columns.live_keys()} == states
+    held = {}
+    for key in columns.live_keys():
+        row = columns.row_of(key)
+        assert row is not None  # a live key has its row
+        held[key] = columns.state(row)
+    assert held == states
     again = unpack(pack(ColumnarTable(steady=columns)))
     assert len(again.steady) == len(states) and dict(again.items()) == states
 

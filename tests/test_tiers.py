@@ -15,7 +15,9 @@ from replmon.testbed.localcluster import LocalCluster
 from tests.conftest import TIERS
 
 ROOT = Path(__file__).resolve().parents[1]
-PURE = re.search(r"^PURE = (.+)$", (ROOT / "Makefile").read_text(), flags=re.M).group(1)
+_PURE_LINE = re.search(r"^PURE = (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+assert _PURE_LINE is not None, "the Makefile defines PURE"
+PURE = _PURE_LINE.group(1)
 """The pure tier's selection, as ``make test-fast`` runs it."""
 
 
