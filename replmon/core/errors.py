@@ -1,4 +1,5 @@
-"""The one error type a user sees: a single clear line, and a non-zero exit from the CLI."""
+"""The one error type a user sees, a single clear line and a non-zero exit from the CLI; and how any error is named
+in such a line."""
 
 
 class ReplmonError(Exception):
