@@ -1,7 +1,7 @@
 """Chaos on the suite's pipeline: bench/chaos.py's fault loop for 60 seconds, an unclean election first, under
 continuous acks=all and acks=1 load; every leader the controller's metadata log recorded is one LEADER_CHANGE,
 the committed messages replmon reports lost are what a consumer can no longer read, and nothing critical happens
-without a cause. The ten-minute run and its figures: bench/chaos.py, docs/reliability.md."""
+without a cause. The longer runs and their figures: bench/chaos.py, docs/reliability.md."""
 
 from __future__ import annotations
 
