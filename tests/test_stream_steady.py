@@ -151,7 +151,7 @@ def batch_frame(records: list[tuple[str, dict[str, Any]]], batched: int = 0) -> 
     batches (a few records of entries each, as a bucket's shares of batch records arrive)."""
     rows: list[tuple[str, str | None, Any, Any, bytes | None]] = [
         (k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")),
-         s.get("cycle", s.get("metadata_offset")), None) for k, s in records[batched:] if True]
+         s.get("cycle", s.get("metadata_offset")), None) for k, s in records[batched:]]
     entries = [s for k, s in records[:batched] if k == "p"]
     rows += [(k, json.dumps(s), s.get("sample_time_ms", s.get("append_time_ms")),
               s.get("cycle", s.get("metadata_offset")), None) for k, s in records[:batched] if k != "p"]
