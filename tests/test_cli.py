@@ -3,6 +3,7 @@ options, and the mistakes a user can make end as one clear line and exit status 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -71,8 +72,42 @@ def test_since_takes_durations_and_iso_times() -> None:
     assert parse_since("15m", now) == datetime(2026, 11, 22, 11, 45, tzinfo=UTC)
     assert parse_since("2d", now) == datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
     assert parse_since("2026-11-22T10:00:00", now) == datetime(2026, 11, 22, 10, 0, tzinfo=UTC)
-    with pytest.raises(ReplmonError, match="--since takes a duration"):
-        parse_since("yesterday", now)
+    for ago in ("-15m", "15m ago", " 15M "):
+        assert parse_since(ago, now) == datetime(2026, 11, 22, 11, 45, tzinfo=UTC)
+    assert parse_since("2026-11-22T10:00:00+01:00", now) == datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+    for wrong in ("yesterday", "15", "m", "-15x", "--15m"):
+        with pytest.raises(ReplmonError, match="--since takes a duration"):
+            parse_since(wrong, now)
+
+
+@pytest.mark.parametrize("since", [["--since", "-5m"], ["--since=-5m"], ["--since", "5m"], ["--since", "5m ago"]])
+def test_since_takes_a_duration_written_with_a_minus_as_its_value(
+        since: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--since -5m``: argparse alone takes a value that begins with '-' for an option ("expected one
+    argument"); the command line gives it to --since, as an operator means it."""
+    from streaming.sinks import HistoryWriter
+
+    now_ms = int(datetime.now(UTC).timestamp() * 1000)
+    HistoryWriter(tmp_path).write_events(
+        [{"event_id": f"e{minutes}", "type": "STALE", "severity": "warning", "cluster": "c",
+          "event_time_ms": now_ms - minutes * 60_000, "detected_time_ms": now_ms, "message": "m"}
+         for minutes in (10, 3, 1)], batch_id=1)
+    assert main(["events", "--history-dir", str(tmp_path), "--json", *since]) == 0
+    printed = [json.loads(line)["event_id"] for line in capsys.readouterr().out.splitlines()]
+    assert printed == ["e3", "e1"]
+
+
+def test_the_command_gives_a_dashed_since_its_value(tmp_path: Path) -> None:
+    """The console command reads its own argv (main() without arguments) the same way."""
+    done = subprocess.run([sys.executable, "-m", "replmon.cli", "events", "--history-dir", str(tmp_path), "--since",
+                           "-5m"], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.strip()) == (0, f"no events in {tmp_path}")
+
+
+def test_a_wrong_since_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "--history-dir", str(tmp_path), "--since", "-5 parsecs"]) == 2
+    assert capsys.readouterr().err.strip() == ("replmon: --since takes a duration such as 15m, 2h, 1d or an ISO time, "
+                                               "not '-5 parsecs'")
 
 
 def test_the_job_needs_no_watched_cluster_when_the_transport_is_configured(

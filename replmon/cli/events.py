@@ -25,14 +25,14 @@ from replmon.core.console import say
 from replmon.core.errors import ReplmonError
 from replmon.core.processes import stop_signalled, wait_told
 
-_DURATION = re.compile(r"^(\d+)([smhd])$")
+_DURATION = re.compile(r"^-?(\d+)\s*([smhd])(?:\s+ago)?$")
 POLL_MS = 500
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
-    """'15m', '2h', '1d' (ago) or an ISO time."""
+    """'15m', '2h', '1d' (ago; also written '-15m' or '15m ago') or an ISO time (UTC unless it names its zone)."""
     now = now or datetime.now(UTC)
-    match = _DURATION.match(text.strip())
+    match = _DURATION.match(text.strip().lower())
     if match:
         amount, unit = int(match.group(1)), match.group(2)
         return now - timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
@@ -68,9 +68,12 @@ class EventFilter:
 
 def canonical(record: dict[str, Any]) -> dict[str, Any]:
     """An event as its contract writes it (every field of :class:`Event`, JSON types), whether it comes from the
-    topic or from the history's columns (where a missing number is NaN and an integer column may be float)."""
-    return Event.model_validate({name: _plain(value) for name, value in record.items()
-                                 if name in Event.model_fields}).model_dump(mode="json")
+    topic or from the history's columns (where a missing number is NaN and an integer column may be float, and a
+    file written before a field was added reads it null: the field's default then)."""
+    fields = Event.model_fields
+    plain = {name: _plain(value) for name, value in record.items() if name in fields}
+    return Event.model_validate({name: value for name, value in plain.items()
+                                 if value is not None or fields[name].default is None}).model_dump(mode="json")
 
 
 def topic_record(value: bytes | None, where: str) -> dict[str, Any] | None:

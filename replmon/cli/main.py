@@ -213,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     events.add_argument("--cluster", help="only events of this watched cluster")
     events.add_argument("--topic", help="only events of this topic")
     events.add_argument("--type", dest="event_type", help="only events of this type, e.g. LEADER_CHANGE")
-    events.add_argument("--since", help="ISO time or a duration such as 15m, 2h, 1d")
+    events.add_argument("--since", help="ISO time or a duration ago such as 15m, 2h, 1d (or -15m)")
     events.set_defaults(handler=_events)
 
     demo = sub.add_parser("demo", help="run + a workload + a scripted fault timeline, narrated in the terminal")
@@ -233,9 +233,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+TAKES_DASHED = ("--since",)
+"""Options whose value may begin with '-' (``--since -5m``), which argparse would take for an option."""
+
+
+def dashed_values(argv: Sequence[str]) -> list[str]:
+    """``argv`` with the value of each option of :data:`TAKES_DASHED` joined to it (``--since=-5m``) when it
+    begins with '-' but is not an option of its own."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token in TAKES_DASHED and i + 1 < len(argv) and argv[i + 1][:1] == "-" and argv[i + 1][:2] != "--":
+            out.append(f"{token}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(token)
+        i += 1
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(dashed_values(sys.argv[1:] if argv is None else argv))
     try:
         result: int = args.handler(args)
         return result
