@@ -428,7 +428,7 @@ class SamplePublisher:
     def _failed(self, reason: str) -> None:
         with self._cond:  # reentrant: callers may hold it
             if self._outage is None:
-                log.warning("replmon publisher: %s; buffering up to %d samples and retrying with backoff",
+                log.warning("%s; buffering up to %d samples and retrying with backoff",
                             reason, self.max_buffered)
                 if self.metrics:
                     self.metrics.errors.labels(cluster="samples", kind="publish").inc()
@@ -438,7 +438,7 @@ class SamplePublisher:
     def _recovered(self) -> None:
         with self._cond:
             if self._outage is not None:
-                log.warning("replmon publisher: the samples cluster is back")
+                log.warning("the samples cluster is back")
             self._outage = None
             self._backoff_s = 0.0
 

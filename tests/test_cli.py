@@ -110,6 +110,52 @@ def test_a_wrong_since_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureF
                                                "not '-5 parsecs'")
 
 
+@pytest.mark.parametrize("since", ["1000000d", "99999999999d"])
+def test_a_since_before_year_one_is_one_clear_line(since: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "--history-dir", str(tmp_path), "--since", since]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: --since {since} goes back before year 1"
+
+
+def test_an_environment_variable_that_is_not_json_is_one_clear_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("REPLMON_CLUSTERS", "k1:9092")
+    assert main(["events", "--history-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        'replmon: REPLMON_CLUSTERS is not valid JSON: Expecting value: line 1 column 1 (char 0) (it takes a JSON list '
+        'such as [{"name": "prod", "bootstrap_servers": ["k1:9092"]}])')
+
+
+def test_a_config_path_that_is_a_directory_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["events", "--config", str(tmp_path), "--history-dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: config file {tmp_path} is a directory"
+
+
+@pytest.mark.parametrize("given, why", [
+    ("s3://b/x", "use s3a:// (Hadoop's S3A connector; s3:// is EMR's own filesystem or nothing)"),
+    ("http://h/x", "use a Hadoop filesystem URI: checkpoints need rename and listing, HTTP has neither"),
+    ("file://host/x", "a file:// URI names no host (file:///path)"),
+    ("hdfs://nn/x?a=1", "a location takes no query or fragment"),
+])
+def test_a_history_dir_that_can_hold_no_history_is_one_clear_line(
+        given: str, why: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The words the configuration uses for stream.history_dir."""
+    assert main(["events", "--history-dir", given]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: --history-dir: {given!r}: {why}"
+
+
+def test_a_history_file_that_is_not_parquet_is_one_clear_line(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    part = tmp_path / "events" / "cluster=c" / "date=2024-01-01" / "part-0.parquet"
+    part.parent.mkdir(parents=True)
+    part.write_text("garbage\n")
+    assert main(["events", "--history-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"replmon: cannot read the history at {tmp_path}: Could not open Parquet input source "
+                          f"'{part}': Parquet magic bytes not found")
+    assert len(err.splitlines()) == 1
+
+
 def test_the_job_needs_no_watched_cluster_when_the_transport_is_configured(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("REPLMON_STATE_DIR", str(tmp_path / "state"))  # no local cluster here
@@ -167,6 +213,16 @@ def test_package_builds_the_code_archive_and_prints_the_spark_submit_command(
     assert words[0] == "spark-submit" and f"{Path(archive).as_uri()}#replmon-code" in command
     entry = Path(words[words.index("--config") - 1])
     assert entry.is_file() and entry.name == "submit.py"
+
+
+def test_package_where_no_directory_can_be_made_is_one_clear_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["package", "--output", str(taken)]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: cannot write the package to {taken}: File exists"
+    assert main(["package", "--output", str(taken / "sub")]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: cannot write the package to {taken / 'sub'}: Not a directory"
 
 
 def test_the_jobs_log_lines_stay_whole_whatever_they_hold(capsys: pytest.CaptureFixture[str]) -> None:

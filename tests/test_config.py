@@ -3,9 +3,11 @@ printed, and the commented example in conf/ covering the whole model."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,42 @@ def write(tmp_path: Path, text: str) -> Path:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(ReplmonError, match="does not exist"):
         load_config(tmp_path / "nope.yaml", env={})
+
+
+def test_a_path_that_is_no_file_says_what_it_is(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError) as info:
+        load_config(tmp_path, env={})
+    assert str(info.value) == f"config file {tmp_path} is a directory"
+    with pytest.raises(ReplmonError) as info:
+        load_config("/dev/null", env={})
+    assert str(info.value) == "config file /dev/null is not a regular file"
+
+
+def test_a_pipe_is_read_as_the_file(tmp_path: Path) -> None:
+    """``--config <(...)`` (a FIFO as /dev/fd/N): not a file to Path.is_file, but readable."""
+    fifo = tmp_path / "replmon.yaml"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=fifo.write_text, args=("collector: {interval_s: 3}\n",))
+    writer.start()
+    try:
+        assert load_config(fifo, env={}).collector.interval_s == 3
+    finally:
+        writer.join(timeout=10)
+
+
+def test_a_file_that_is_not_utf8_is_one_line_that_says_where(tmp_path: Path) -> None:
+    path = tmp_path / "replmon.yaml"
+    path.write_bytes(b"clusters: []\n# caf\xe9\n")
+    with pytest.raises(ReplmonError) as info:
+        load_config(path, env={})
+    assert str(info.value) == f"config file {path} is not UTF-8 text (line 2: byte 0xe9, invalid continuation byte)"
+
+
+def test_a_grafana_url_with_a_port_out_of_range_is_refused_without_echoing_it(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError) as info:
+        load_config(write(tmp_path, "grafana: {url: 'http://admin:pw@127.0.0.1:99999'}"), env={})
+    assert str(info.value) == (f"invalid configuration ({tmp_path / 'replmon.yaml'}): grafana.url: not a valid URL: "
+                               "Port out of range 0-65535")
 
 
 def test_bad_yaml_is_one_line_that_says_where(tmp_path: Path) -> None:
@@ -104,6 +142,42 @@ def test_a_bad_value_from_the_environment_names_its_variable(tmp_path: Path) -> 
         load_config(path, env={"REPLMON_CLUSTERS": '{"name": "b"}'})
     with pytest.raises(ReplmonError, match=re.escape(f"invalid configuration ({path}): collector.interval_s: ")):
         load_config(write(tmp_path, "collector: {interval_s: soon}"), env={"REPLMON_STATE_DIR": "/tmp/x"})
+
+
+@pytest.mark.parametrize("name, value, message", [
+    ("REPLMON_CLUSTERS", "k1:9092",
+     'REPLMON_CLUSTERS is not valid JSON: Expecting value: line 1 column 1 (char 0) (it takes a JSON list such as '
+     '[{"name": "prod", "bootstrap_servers": ["k1:9092"]}])'),
+    ("REPLMON_STREAM__SPARK_CONF", "notjson",
+     'REPLMON_STREAM__SPARK_CONF is not valid JSON: Expecting value: line 1 column 1 (char 0) (it takes a JSON '
+     'object such as {"spark.executor.memory": "2g"})'),
+    ("REPLMON_COLLECTOR", "{bad json",
+     'REPLMON_COLLECTOR is not valid JSON: Expecting property name enclosed in double quotes: line 1 column 2 '
+     '(char 1) (it takes a JSON object of collector settings such as {"interval_s": 5.0}, or one setting a '
+     'variable such as REPLMON_COLLECTOR__INTERVAL_S)'),
+])
+def test_a_variable_that_takes_json_and_holds_none_is_one_line_that_says_what_it_takes(
+        name: str, value: str, message: str) -> None:
+    """pydantic-settings decodes a list, a mapping or a section as JSON and names only the field when it cannot:
+    the error names the variable, JSON's reason (not the value) and what the variable takes."""
+    with pytest.raises(ReplmonError) as info:
+        load_config(None, env={name: value, "REPLMON_COLLECTOR__INTERVAL_S": "2"})
+    assert str(info.value) == message
+
+
+def test_each_source_is_named_once_and_a_validator_s_message_as_it_wrote_it(tmp_path: Path) -> None:
+    with pytest.raises(ReplmonError) as info:
+        load_config(None, env={"REPLMON_COLLECTOR__INTERVAL_S": "soon"})
+    assert str(info.value) == ("invalid configuration (environment REPLMON_COLLECTOR__INTERVAL_S): "
+                               "collector.interval_s (REPLMON_COLLECTOR__INTERVAL_S): Input should be a valid number, "
+                               "unable to parse string as a number")
+    path = write(tmp_path, "clusters: [{name: a, bootstrap_servers: 'h:1'}, {name: a, bootstrap_servers: 'h:2'}]")
+    with pytest.raises(ReplmonError) as info:
+        load_config(path, env={})
+    assert str(info.value) == f"invalid configuration ({path}): cluster names must be unique: a"
+    with pytest.raises(ReplmonError) as info:
+        load_config(write(tmp_path, "stream: {stale_after_s: 60, forget_after_s: 60}"), env={})
+    assert "stream: forget_after_s (60) must be greater than stale_after_s (60)" in str(info.value)
 
 
 @pytest.mark.parametrize("name, why", [

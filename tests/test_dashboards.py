@@ -365,3 +365,13 @@ def test_push_hides_credentials_in_the_url(tmp_path: Path, capsys: pytest.Captur
     assert code == 2
     assert "s3cret-pw" not in out + err and TOKEN not in out + err
     assert "is unreachable" in err
+
+
+def test_push_to_a_url_with_a_port_out_of_range_is_one_clear_line(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    config = _config(tmp_path, "http://admin:s3cret-pw@127.0.0.1:99999")
+    code, out, err = _push(config, capsys)
+    assert code == 2
+    assert err.strip() == (f"replmon: invalid configuration ({config}): grafana.url: not a valid URL: Port out of "
+                           "range 0-65535")
+    assert "s3cret-pw" not in out + err and TOKEN not in out + err

@@ -216,6 +216,49 @@ def test_cluster_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
         assert "no local cluster in" in out.stderr, args
 
 
+@pytest.mark.parametrize("damage, why", [
+    ('{"dir": ', "Invalid JSON: EOF while parsing a value at line 1 column 8"),
+    ("{}", "dir: Field required; cluster_id: Field required; kafka_version: Field required; nodes: Field required"),
+    (None, "Is a directory"),
+])
+def test_a_cluster_json_that_describes_no_cluster_is_one_line_and_purge_removes_it(
+        damage: str | None, why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from replmon.cli import main
+
+    monkeypatch.setenv("REPLMON_STATE_DIR", str(tmp_path / "state"))
+    cdir = (tmp_path / "c").resolve()
+    cdir.mkdir()
+    if damage is None:
+        (cdir / "cluster.json").mkdir()
+    else:
+        (cdir / "cluster.json").write_text(damage)
+    expected = (f"replmon: {cdir}/cluster.json is not a local cluster's description ({why}); "
+                f"`replmon cluster down --dir {cdir} --purge` removes it")
+    for args in (["cluster", "status", "--dir"], ["cluster", "fault", "pause", "1", "--dir"],
+                 ["cluster", "down", "--dir"], ["collect", "--once", "--cluster-dir"]):
+        assert main([*args, str(cdir)]) == 2, args
+        assert capsys.readouterr().err.strip() == expected, args
+    assert main(["cluster", "down", "--dir", str(cdir), "--purge"]) == 0
+    assert not cdir.exists()
+
+
+def test_an_election_in_a_cluster_not_running_is_refused_at_once(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """Not after the admin client's bootstrap gives up (30 s) with a traceback."""
+    from replmon.cli import main
+    from replmon.testbed.localcluster.cluster import ClusterSpec, NodeRole, NodeSpec
+
+    nodes = [NodeSpec(node_id=0, role=NodeRole.CONTROLLER, port=9000, dir=tmp_path / "controller"),
+             NodeSpec(node_id=1, role=NodeRole.BROKER, port=9001, dir=tmp_path / "broker-1")]
+    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version="4.3.1", nodes=nodes)
+    (tmp_path / "cluster.json").write_text(spec.model_dump_json())
+    started = time.monotonic()
+    assert main(["cluster", "elect", "t", "0", "--unclean", "--dir", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == f"replmon: the local cluster in {tmp_path} is not running"
+    assert time.monotonic() - started < 10
+
+
 def test_a_command_given_a_cluster_dir_starts_its_cluster_there(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """`replmon run` and `replmon demo` start the local cluster where --cluster-dir says, new or not (run started

@@ -100,12 +100,17 @@ def status_record(cluster: LocalCluster) -> dict[str, Any]:
 
 def cluster_down(args: argparse.Namespace) -> int:
     from replmon.testbed.localcluster import LocalCluster, resolve_cluster_dir
+    from replmon.testbed.localcluster.cluster import UnreadableCluster, purge_cluster_dir
 
     cdir = resolve_cluster_dir(args.dir)
     if not (cdir / "cluster.json").exists():
         raise ReplmonError(f"no local cluster in {cdir}: nothing to stop")
-    cluster = LocalCluster.open(cdir)
-    stopped = cluster.down(purge=args.purge)
+    try:
+        stopped = LocalCluster.open(cdir).down(purge=args.purge)
+    except UnreadableCluster:
+        if not args.purge:
+            raise
+        stopped = purge_cluster_dir(cdir)  # its processes are found by their marker, without cluster.json
     if not stopped and not args.purge:
         raise ReplmonError(f"the local cluster in {cdir} is not running: nothing to stop")
     err_console.print(f"stopped {len(stopped)} process(es) of {cdir}" + (" and deleted it" if args.purge else ""))

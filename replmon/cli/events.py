@@ -35,7 +35,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     match = _DURATION.match(text.strip().lower())
     if match:
         amount, unit = int(match.group(1)), match.group(2)
-        return now - timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+        try:
+            return now - timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+        except OverflowError:  # more than datetime or timedelta holds
+            raise ReplmonError(f"--since {text.strip()} goes back before year 1") from None
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
@@ -98,6 +101,8 @@ def _plain(value: Any) -> Any:
 def history_events(history_dir: str | Path, config: ReplmonConfig | None = None) -> list[dict[str, Any]]:
     """The history's events; one on a Hadoop filesystem (not a local directory) is read by a local Spark session
     with ``config``'s Spark settings (its Hadoop configuration reaches the cluster's filesystems)."""
+    import pyarrow as pa
+
     from replmon.core import locations
     from streaming.sinks import read_events
 
@@ -115,7 +120,11 @@ def history_events(history_dir: str | Path, config: ReplmonConfig | None = None)
     if not found:  # a mistyped path, or a job that never ran with it: not an empty history
         raise ReplmonError(f"no history at {history_dir}: no such directory (the job's stream.history_dir, made "
                            "when the job starts; --history-dir reads another)")
-    frame = read_events(history_dir, spark)
+    try:
+        frame = read_events(history_dir, spark)
+    except (pa.ArrowException, OSError) as exc:  # a file there that is not Parquet, or not readable
+        reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise ReplmonError(f"cannot read the history at {history_dir}: {reason}") from None
     if frame.empty:
         return []
     return [canonical(row) for row in frame.to_dict("records")]

@@ -63,6 +63,7 @@ def _run(args: argparse.Namespace) -> int:
 def _events(args: argparse.Namespace) -> int:
     from replmon.cli.events import EventFilter, event_type, events, parse_since
     from replmon.cli.targets import stream_config
+    from replmon.core import locations
     from replmon.core.config import load_config
 
     source = args.source or ("topic" if args.follow else "history")
@@ -70,6 +71,11 @@ def _events(args: argparse.Namespace) -> int:
         raise ReplmonError("--follow reads the events topic: it goes with --from topic, not --from history")
     if args.history_dir is not None and source != "history":
         raise ReplmonError("--history-dir goes with --from history")
+    if args.history_dir is not None:  # refused as stream.history_dir is in the configuration, in the same words
+        try:
+            locations.normalize(args.history_dir)
+        except ValueError as exc:
+            raise ReplmonError(f"--history-dir: {exc}") from None
     keep = EventFilter(cluster=args.cluster, topic=args.topic,
                        type=event_type(args.event_type) if args.event_type else None,
                        since_ms=int(parse_since(args.since).timestamp() * 1000) if args.since else None)

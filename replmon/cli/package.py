@@ -6,6 +6,7 @@ import shlex
 from pathlib import Path
 
 from replmon.cli import submit
+from replmon.core.errors import ReplmonError
 from streaming import code_archive
 from streaming.session import KAFKA_CONNECTOR
 
@@ -19,7 +20,12 @@ def submit_command(archive: Path, config: str = "replmon.yaml") -> list[str]:
 
 
 def package(output: Path) -> int:
-    archive = code_archive.build(output.resolve())
+    """Build the code archive in ``output`` (made if missing) and print its path and the spark-submit command; a
+    directory that cannot be made or written (a file there, no permission) is one clear error."""
+    try:
+        archive = code_archive.build(output.resolve())
+    except OSError as exc:
+        raise ReplmonError(f"cannot write the package to {output}: {exc.strerror or exc}") from None
     print(archive)
     print(shlex.join(submit_command(archive)))
     return 0

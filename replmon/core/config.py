@@ -11,11 +11,14 @@ Secrets are ``SecretStr``: they print as ``**********`` everywhere.
 from __future__ import annotations
 
 import difflib
+import json
 import os
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from types import UnionType
 from typing import Any, Literal, Union, get_args, get_origin
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -27,7 +30,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
 from replmon.core import locations
 from replmon.core.errors import ReplmonError
@@ -305,6 +308,17 @@ class GrafanaConfig(_Section):
     token: SecretStr | None = None
     folder: str = "replmon"
 
+    @field_validator("url")
+    @classmethod
+    def _port(cls, value: str) -> str:
+        """A port that is not a number from 0 to 65535 is refused here: urllib finds it out only when the URL is
+        used (``dashboards push``). The URL is not echoed: it may carry a password."""
+        try:
+            _ = urlsplit(value).port
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL: {exc}") from None
+        return value
+
 
 ENV_PREFIX = "REPLMON_"
 ENV_NESTED = "__"
@@ -369,18 +383,12 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
 def load_config(path: Path | str | None = None, env: dict[str, str] | None = None) -> ReplmonConfig:
     """Load ``path`` (YAML) with environment overrides; every mistake becomes one clear ReplmonError."""
     data: dict[str, Any] = {}
-    where = "environment"
     if path is not None:
-        where = str(path)
         p = Path(path).expanduser()
-        if not p.is_file():
-            raise ReplmonError(f"config file {p} does not exist")
         try:
-            loaded = yaml.safe_load(p.read_text())
+            loaded = yaml.safe_load(_config_text(p))
         except yaml.YAMLError as exc:
             raise ReplmonError(f"config file {p} is not valid YAML: {yaml_problem(exc)}") from exc
-        except OSError as exc:
-            raise ReplmonError(f"cannot read config file {p}: {exc.strerror}") from exc
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -399,14 +407,93 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
         os.environ.update(env)
     try:
         return ReplmonConfig(**data)
+    except SettingsError as exc:  # pydantic-settings could not decode a variable that takes JSON
+        problems = _not_json(environ, overrides)
+        raise ReplmonError("; ".join(problems) if problems else f"{exc}: {exc.__cause__}") from None
     except ValidationError as exc:
-        if overrides:
-            where += ", environment " + ", ".join(sorted(overrides))
+        sources = ([] if path is None else [str(path)]) + (
+            ["environment " + ", ".join(sorted(overrides))] if overrides else [])
+        where = ", ".join(sources) or "defaults"
         raise ReplmonError(f"invalid configuration ({where}): {format_validation_error(exc, overrides)}") from None
     finally:
         if saved is not None:
             os.environ.clear()
             os.environ.update(saved)
+
+
+def _config_text(p: Path) -> str:
+    """The text of the config file ``p``: a regular file, or a pipe (``--config <(...)``, ``/dev/stdin``; not a
+    file for :meth:`Path.is_file`); whatever else is there (a directory, a device) is refused for what it is."""
+    if not os.path.exists(p):
+        raise ReplmonError(f"config file {p} does not exist")
+    try:
+        mode = p.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise ReplmonError(f"config file {p} is a directory")
+        if not (stat.S_ISREG(mode) or stat.S_ISFIFO(mode)):
+            raise ReplmonError(f"config file {p} is not a regular file")
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ReplmonError(f"cannot read config file {p}: {exc.strerror}") from exc
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ReplmonError(f"config file {p} is not UTF-8 text (line {line}: byte {raw[exc.start]:#04x}, "
+                           f"{exc.reason})") from None
+
+
+_JSON_EXAMPLES = {
+    ("clusters",): '[{"name": "prod", "bootstrap_servers": ["k1:9092"]}]',
+    ("stream", "spark_conf"): '{"spark.executor.memory": "2g"}',
+}
+"""What a variable that takes a list or a mapping may hold, for the error that says its value is not JSON."""
+
+
+def _not_json(environ: Mapping[str, str], overrides: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """Each variable of ``overrides`` that pydantic-settings decodes as JSON (:func:`_takes_json`) and whose value
+    is not JSON: its name, JSON's reason (never the value: it may be a secret) and what the variable takes."""
+    problems = []
+    for name, path in sorted(overrides.items()):
+        value = environ[name]
+        takes = _takes_json(path)
+        if takes is None or (not value and len(path) > 1):  # an empty nested variable is passed on as text
+            continue
+        try:
+            json.loads(value)
+        except ValueError as exc:
+            problems.append(f"{name} is not valid JSON: {exc} (it takes {takes})")
+    return problems
+
+
+def _takes_json(path: tuple[str, ...]) -> str | None:
+    """What the setting at ``path`` takes when pydantic-settings reads its variable as JSON: a list, a mapping or a
+    section, not optional (an optional one's variable that is not JSON is passed on as text, and validation names
+    it); None for any other setting."""
+    model: type[BaseModel] = ReplmonConfig
+    annotation: Any = None
+    for i, part in enumerate(path):
+        field = model.model_fields.get(part)
+        if field is None:
+            return None
+        annotation = field.annotation
+        if i < len(path) - 1:
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                return None
+            model = annotation
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        first = next(((n, f.default) for n, f in annotation.model_fields.items()
+                      if isinstance(f.default, str | int | float | bool)), None)
+        if first is None:
+            return f"a JSON object of {'.'.join(path)} settings"
+        variable = ENV_PREFIX + ENV_NESTED.join((*path, first[0])).upper()
+        return (f"a JSON object of {'.'.join(path)} settings such as {json.dumps(dict([first]))}, or one setting a "
+                f"variable such as {variable}")
+    if get_origin(annotation) is list:
+        return f"a JSON list such as {_JSON_EXAMPLES.get(path, '[...]')}"
+    if get_origin(annotation) is dict:
+        return f"a JSON object such as {_JSON_EXAMPLES.get(path, '{...}')}"
+    return None
 
 
 def format_validation_error(exc: ValidationError, overrides: Mapping[str, tuple[str, ...]] | None = None) -> str:
@@ -416,13 +503,15 @@ def format_validation_error(exc: ValidationError, overrides: Mapping[str, tuple[
     parts = []
     for err in exc.errors(include_input=False, include_url=False):
         path = tuple(str(x) for x in err["loc"])
-        loc = ".".join(path) or "(top)"
+        loc = ".".join(path)
         given = [name for name, p in sorted((overrides or {}).items())
                  if path and (path[:len(p)] == p or p[:len(path)] == path)]
         if given:
             loc += f" ({', '.join(given)})"
         hint = _unknown_field_hint(path) if err["type"] == "extra_forbidden" else ""
-        parts.append(f"{loc}: {err['msg']}{hint}")
+        # a validator's own ValueError: its message as it wrote it, without pydantic's "Value error, "
+        message = err["msg"].removeprefix("Value error, ") if err["type"] == "value_error" else err["msg"]
+        parts.append(f"{loc}: {message}{hint}" if path else f"{message}{hint}")
     return "; ".join(parts)
 
 

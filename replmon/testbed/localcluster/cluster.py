@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as Errors
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from replmon.core.config import SecurityConfig, TransportConfig
+from replmon.core.config import SecurityConfig, TransportConfig, format_validation_error
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import replace_file, state_dir
 from replmon.testbed.localcluster import artifacts, properties, secure
@@ -84,6 +84,24 @@ class ClusterSpec(BaseModel):
     the collector's benchmark runs its brokers with a larger heap and the full JIT."""
     security: LocalSecurity | None = None
     """Set for a cluster started with ``--secure`` (SASL_SSL, SCRAM-SHA-512, ACLs): :mod:`.secure`."""
+
+
+class UnreadableCluster(ReplmonError):
+    """A ``cluster.json`` that is not a local cluster's description (damaged, another program's, a directory):
+    only ``down --purge`` (:func:`purge_cluster_dir`) can act on its directory."""
+
+
+def read_spec(state_file: Path) -> ClusterSpec:
+    """The cluster ``state_file`` (a ``cluster.json``) describes; :class:`UnreadableCluster` when it describes
+    none, saying why and how to remove it."""
+    try:
+        return ClusterSpec.model_validate_json(state_file.read_bytes())
+    except ValidationError as exc:
+        reason = format_validation_error(exc)
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    raise UnreadableCluster(f"{state_file} is not a local cluster's description ({reason}); "
+                            f"`replmon cluster down --dir {state_file.parent} --purge` removes it")
 
 
 class NodeStatus(BaseModel):
@@ -271,7 +289,7 @@ class LocalCluster:
         libs = artifacts.kafka_libs()
         state_file = cdir / "cluster.json"
         if state_file.exists():
-            cluster = cls(ClusterSpec.model_validate_json(state_file.read_text()), die_with_parent)
+            cluster = cls(read_spec(state_file), die_with_parent)
             if secure and cluster.spec.security is None:
                 raise ReplmonError(f"the local cluster in {cdir} was created without --secure: choose another "
                                    "--dir, or delete it with `replmon cluster down --purge`")
@@ -312,7 +330,7 @@ class LocalCluster:
         state_file = cdir / "cluster.json"
         if not state_file.exists():
             raise ReplmonError(f"no local cluster in {cdir}: start one with `replmon cluster up`")
-        return cls(ClusterSpec.model_validate_json(state_file.read_text()))
+        return cls(read_spec(state_file))
 
     @classmethod
     def _create(
@@ -415,10 +433,7 @@ class LocalCluster:
         for node in self.spec.nodes:
             node.pid = None
         if purge:
-            shutil.rmtree(self.spec.dir, ignore_errors=True)
-            pointer = _last_pointer()
-            if pointer.exists() and pointer.read_text().strip() == str(self.spec.dir):
-                pointer.unlink()
+            _delete(self.spec.dir)
         elif self.spec.dir.exists():
             self._save()
         return pids
@@ -667,8 +682,14 @@ class LocalCluster:
 
     def elect_unclean(self, topic: str, partition: int, timeout_s: float = 30.0) -> None:
         """Force an unclean leader election (ElectLeaders, type UNCLEAN) for one partition: a live replica
-        outside the ISR may become leader and the partition loses what only the old leader had."""
-        admin = self.admin_client(request_timeout_ms=10_000)
+        outside the ISR may become leader and the partition loses what only the old leader had. A cluster with no
+        broker running is told at once, not after the admin client's bootstrap gives up."""
+        if all(self.node_state(b) != NodeState.RUNNING for b in self.broker_ids):
+            raise ReplmonError(f"the local cluster in {self.spec.dir} is not running")
+        try:
+            admin = self.admin_client(request_timeout_ms=10_000)
+        except Errors.KafkaError as exc:
+            raise ReplmonError(f"unclean election of {topic}-{partition} failed: {exc}") from None
         try:
             response = admin.elect_leaders(1, {topic: [partition]}, timeout_ms=int(timeout_s * 1000),
                                            raise_errors=False)
@@ -688,6 +709,23 @@ class LocalCluster:
 
     def describe(self) -> dict[str, Any]:
         return json.loads(self.spec.model_dump_json())
+
+
+def purge_cluster_dir(cluster_dir: Path) -> list[int]:
+    """``down --purge`` of a directory whose ``cluster.json`` is unreadable (:class:`UnreadableCluster`): stop
+    the processes that carry its marker (every JVM of a cluster does), then delete it. Returns their pids."""
+    pids = cluster_pids(cluster_dir)
+    LocalCluster._terminate(pids, grace_s=STOP_GRACE_S)
+    _delete(cluster_dir)
+    return pids
+
+
+def _delete(cluster_dir: Path) -> None:
+    """Delete a cluster's directory, and the pointer to it as the cluster ``up`` started last."""
+    shutil.rmtree(cluster_dir, ignore_errors=True)
+    pointer = _last_pointer()
+    if pointer.exists() and pointer.read_text().strip() == str(cluster_dir):
+        pointer.unlink()
 
 
 def _addresses(nodes: Iterable[NodeSpec], mtls: bool = False) -> str:
