@@ -64,6 +64,13 @@ SEED = 42
 Masks = list[tuple[np.ndarray, str]]
 
 
+ADDED_FIELDS = ("adding_replicas", "removing_replicas")
+"""Entry fields added to ``partition_batch/v1`` after its first collectors: a batch may lack them (one of an older
+collector), read with each null in all its entries (each defaults to None in the model: not known). Any other field
+missing is the batch's quarantine reason."""
+assert all(ENTRY_MODEL.model_fields[name].default is None for name in ADDED_FIELDS)
+
+
 class BatchError(ValueError):
     """A record that is not a batch this job reads: its quarantine reason."""
 
@@ -85,6 +92,10 @@ def read_batch(value: bytes) -> pa.Table:
         raise BatchError(UNKNOWN_SCHEMA)
     for field in ARROW_SCHEMA:
         index = schema.get_field_index(field.name)
+        if index < 0 and field.name in ADDED_FIELDS:  # a batch of a collector older than the field
+            table = table.append_column(field, pa.nulls(table.num_rows, field.type))
+            schema = table.schema
+            continue
         if index < 0:
             raise BatchError(f"{MISSING_FIELD}:{field.name}")
         if schema.field(index).type != field.type:
@@ -410,7 +421,7 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     columns (-1 where it has none, or where its partition takes the step of :mod:`streaming.detect`; a partition
     may have several entries, one per round of the steady step). Kept: a high watermark, topic configs absent or
     the row's, a topic id absent, unknown to the row or the row's, one readable answer per replica of the row;
-    times, leader, epoch, membership, lineage and offsets are compared by steady_step."""
+    no reassignment in flight; times, leader, epoch, membership, lineage and offsets are compared by steady_step."""
     width = columns.columns["brokers"].shape[1]
     c = columns.columns
     n = table.num_rows
@@ -428,6 +439,9 @@ def gather_entries(columns: SteadyColumns, table: pa.Table, rows: np.ndarray) ->
     unclean = table.column("unclean_leader_election")
     ok &= np.asarray(unclean.is_null().to_numpy(zero_copy_only=False), bool) | (
         _numpy(pc.cast(unclean, pa.int64()), -1) == c["unclean"][safe])
+    # no reassignment in flight (the columns hold none): its replicas to add and remove unknown or none
+    for name in ("adding_replicas", "removing_replicas"):
+        ok &= _numpy(pc.list_value_length(table.column(name)), 0) == 0
     absent = np.asarray(table.column("topic_id").is_null().to_numpy(zero_copy_only=False), bool)
     topic_id = columns.codes(table.column("topic_id"))  # -1: absent, or a name the columns do not hold
     stored = c["topic_id_code"][safe]

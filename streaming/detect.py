@@ -213,6 +213,7 @@ def step_state(
         or _opt_tuple(s.get("last_known_elr")) != pm.last_known_elr
         or s.get("min_insync_replicas") not in (None, pm.min_insync_replicas)
         or s.get("unclean_leader_election") not in (None, pm.unclean_leader_election)
+        or _reassignment_told(s) not in (None, (pm.adding_replicas, pm.removing_replicas))
         or pm.epoch_regressed_to is not None
         or prev.sample_time_ms == NO_SAMPLE
     ):
@@ -281,9 +282,11 @@ def step_partition_change(
         or tuple(c["replicas"]) != pm.replicas
         or (tuple(elr) != pm.elr and (pm.elr is not None or elr))
         or tuple(c["last_known_elr"]) != (pm.last_known_elr or ())
+        or _reassignment_told(c) not in (None, (pm.adding_replicas, pm.removing_replicas))
     ):
         s = {"leader": c["leader"], "leader_epoch": c["leader_epoch"], "replicas": c["replicas"], "isr": c["isr"],
-             "elr": elr if pm.elr is not None or elr else None, "last_known_elr": c["last_known_elr"]}
+             "elr": elr if pm.elr is not None or elr else None, "last_known_elr": c["last_known_elr"],
+             "adding_replicas": c.get("adding_replicas"), "removing_replicas": c.get("removing_replicas")}
         previous_isr = c.get("previous_isr")
         judge = None if previous_isr is None else Judgement(
             tuple(previous_isr), tuple(c.get("previous_elr") or ()), tuple(c.get("previous_last_known_elr") or ()),
@@ -509,7 +512,9 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
     replica_count = len(m.replicas)
     min_isr = m.min_insync_replicas
     offline = leader < 0
-    under_replicated = isr_size < replica_count
+    # Kafka's replication factor, as its UnderReplicatedPartitions counts it: the replicas a reassignment in flight
+    # is adding are not yet in it
+    under_replicated = isr_size < replica_count - len(m.adding_replicas)
     under_min_isr = min_isr is not None and isr_size < min_isr
     at_min_isr = min_isr is not None and isr_size == min_isr
     if offline:
@@ -690,6 +695,7 @@ def _apply_metadata(
     elr = s.get("elr")
     m.elr = None if elr is None else _ints(elr)
     m.last_known_elr = _opt_tuple(s.get("last_known_elr"))
+    m.adding_replicas, m.removing_replicas = _reassignment(s, pm, m.replicas)
     _set_topic_configs(m, s)
     if m.replicas != pm.replicas:
         _forget_removed_replicas(st)
@@ -698,6 +704,8 @@ def _apply_metadata(
         if leader < 0:
             _offline_start(st, None, out)
     else:
+        if m.replicas != pm.replicas:
+            _replicas_change(pm, m, out, told=_reassignment_told(s) is not None)
         if leadership_changed:
             _leadership(prev, st, out, judge)
         if m.isr != pm.isr:
@@ -707,6 +715,45 @@ def _apply_metadata(
     _under_min_isr(m, out)
     if leadership_changed:
         _check_divergence(m, _followers(m), out)
+
+
+def _reassignment_told(s: Mapping[str, Any]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """The adding and removing replicas a sample or a metadata record tells; None when it does not tell them."""
+    adding, removing = s.get("adding_replicas"), s.get("removing_replicas")
+    return None if adding is None or removing is None else (_ints(adding), _ints(removing))
+
+
+def _reassignment(s: Mapping[str, Any], pm: PartitionMeta, replicas: tuple[int, ...]
+                  ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The adding and removing replicas after ``s``: those it tells, among its replicas (a collector reads them in
+    a request of their own, which may answer from a moment before or after the replicas'); when it does not tell
+    them, what the state knew, while the replicas stay those it knew them for."""
+    told = _reassignment_told(s)
+    if told is None:
+        return (pm.adding_replicas, pm.removing_replicas) if replicas == pm.replicas else ((), ())
+    members = set(replicas)
+    adding, removing = told
+    return tuple(b for b in adding if b in members), tuple(b for b in removing if b in members)
+
+
+def _replicas_change(pm: PartitionMeta, m: PartitionMeta, out: _Emitter, told: bool) -> None:
+    """REPLICAS_CHANGE: a reassignment started (the new replicas beside the old ones), completed or was cancelled
+    (the old or the new ones removed), or reordered the replicas (a new preferred leader). ``told``: the sample or
+    record told the reassignment in flight (else its replicas to add and remove are unknown: None)."""
+    before, after = set(pm.replicas), set(m.replicas)
+    added, removed = sorted(after - before), sorted(before - after)
+    moves = "; ".join(text for text in (added and f"added {added}", removed and f"removed {removed}") if text)
+    flight = (f", reassignment in flight: adding {list(m.adding_replicas)}, removing {list(m.removing_replicas)}"
+              if m.adding_replicas or m.removing_replicas else "")
+    out.emit(
+        EventType.REPLICAS_CHANGE, Severity.INFO, m.replicas,
+        brokers=sorted(after ^ before), leader=m.leader, leader_epoch=m.leader_epoch,
+        replicas=list(m.replicas), previous_replicas=list(pm.replicas), isr=list(m.isr), previous_isr=list(pm.isr),
+        adding_replicas=list(m.adding_replicas) if told else None,
+        removing_replicas=list(m.removing_replicas) if told else None,
+        message=f"{_name(m)}: replicas {list(pm.replicas)} -> {list(m.replicas)}"
+                + (f" ({moves})" if moves else " (reordered)") + flight,
+    )  # fmt: skip
 
 
 def _forget_removed_replicas(st: PartitionState) -> None:
@@ -811,7 +858,8 @@ def _offline_start(st: PartitionState, basis: ElectionBasis | None, out: _Emitte
 
 def _isr_change(pm: PartitionMeta, st: PartitionState, cfg: DetectConfig, out: _Emitter) -> None:
     m = st.meta
-    left = [b for b in pm.isr if b not in m.isr]
+    # a replica removed from the assignment (a reassignment completed) leaves the ISR with it: no shrink
+    left = [b for b in pm.isr if b not in m.isr and b in m.replicas]
     joined = [b for b in m.isr if b not in pm.isr]
     lags = metrics_of(st).follower_lag
     changes = ((EventType.ISR_SHRINK, left, "left"), (EventType.ISR_EXPAND, joined, "joined"))

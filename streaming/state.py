@@ -116,6 +116,11 @@ class PartitionMeta:
     :attr:`earlier_committed_ends` remember): the end of the never-committed tail of that change's old epochs
     counted so far. Every replica's tail of one change starts where the new leader's log leaves the old epochs or
     at their committed end, whichever is higher, so the union of the tails reported is ``[start, offset)``."""
+    adding_replicas: tuple[int, ...] = ()
+    """The replicas a reassignment in flight is adding (among :attr:`replicas`): not counted in the replication
+    factor, as Kafka counts it (its UnderReplicatedPartitions)."""
+    removing_replicas: tuple[int, ...] = ()
+    """The replicas a reassignment in flight will remove."""
 
     def copy(self) -> PartitionMeta:
         """A shallow copy (containers shared: replace them, never mutate them)."""

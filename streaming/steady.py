@@ -67,11 +67,12 @@ def _none(value: int) -> int | None:
 
 def steady_form(state: PartitionState) -> bool:
     """Whether ``state`` is one the columns hold: sampled, every replica's LEO read in its newest sample and none
-    kept from before, the leader among its replicas, a high watermark known, no epoch regression pending, and the
-    last leader change's loss settled (or none)."""
+    kept from before, the leader among its replicas, a high watermark known, no epoch regression pending, no
+    reassignment in flight, and the last leader change's loss settled (or none)."""
     m = state.meta
     leos = state.log_end_offsets
     return (state.sample_time_ms != NO_SAMPLE and m.epoch_regressed_to is None
+            and not m.adding_replicas and not m.removing_replicas
             and (m.loss is None or m.loss.divergence is not None) and state.high_watermark is not None
             and m.leader >= 0 and m.leader in leos and len(set(m.replicas)) == len(m.replicas) == len(leos)
             and all(b in leos for b in m.replicas) and state.last_log_end_offsets == leos

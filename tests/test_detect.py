@@ -52,6 +52,7 @@ def sample(
     lineage: Iterable[tuple[int, int]] | None = None,
     cycle: int | None = None,
     topic_id: str | None = None,
+    reassigning: tuple[Iterable[int], Iterable[int]] | None = None,
 ) -> dict[str, Any]:
     """A PartitionSample as the Spark job hands it over: a plain dict. ``leos``: broker -> LEO, None for a
     broker that did not answer; by default every replica at 100."""
@@ -70,6 +71,8 @@ def sample(
         ],
         "epoch_lineage": None if lineage is None else [{"leader_epoch": e, "start_offset": o} for e, o in lineage],
         "min_insync_replicas": min_isr, "unclean_leader_election": False, "error": None,
+        "adding_replicas": None if reassigning is None else list(reassigning[0]),
+        "removing_replicas": None if reassigning is None else list(reassigning[1]),
     }  # fmt: skip
 
 
@@ -541,6 +544,71 @@ def test_replica_reassigned_away_and_back_is_not_a_truncation() -> None:
     assert feed.of(EventType.LOG_TRUNCATION) == []
 
 
+# ----------------------------------------------------------------------------------------------------------
+# Reassignments
+
+
+def test_a_reassignment_is_two_replicas_changes_no_shrink_and_no_under_replicated_partition() -> None:
+    """[1, 2, 3] -> [1, 2, 4], as Kafka shows it: the new replica beside the old ones while it catches up (adding
+    [4], removing [3]), then the old one gone with its place in the ISR. Kafka counts the partition under-replicated
+    only when its ISR is smaller than the replicas less the ones being added."""
+    feed = Feed()
+    feed.partition(sample(1, reassigning=((), ())))
+    start = feed.partition(sample(2, replicas=[1, 2, 3, 4], isr=[1, 2, 3], leos={1: 100, 2: 100, 3: 100, 4: 0},
+                                  reassigning=([4], [3])))
+    (change,) = start
+    assert (change.type, change.severity, change.brokers) == (EventType.REPLICAS_CHANGE, Severity.INFO, [4])
+    assert (change.replicas, change.previous_replicas) == ([1, 2, 3, 4], [1, 2, 3])
+    assert (change.adding_replicas, change.removing_replicas) == ([4], [3])
+    assert "added [4]" in change.message and "adding [4], removing [3]" in change.message
+    assert feed.metrics is not None
+    assert (feed.metrics.under_replicated, feed.metrics.health) == (False, Health.LAGGING)
+    assert feed.metrics.follower_lag[4] == 100  # the new replica is behind, as it is
+    joined = feed.partition(sample(3, replicas=[1, 2, 3, 4], leos={b: 100 for b in (1, 2, 3, 4)},
+                                   reassigning=([4], [3])))
+    assert types(joined) == [EventType.ISR_EXPAND] and joined[0].brokers == [4]
+    done = feed.partition(sample(4, replicas=[1, 2, 4], leos={1: 100, 2: 100, 4: 100}, reassigning=((), ())))
+    (end,) = done  # broker 3 left the ISR with the assignment: no ISR_SHRINK
+    assert (end.type, end.brokers, end.replicas, end.previous_replicas) == (
+        EventType.REPLICAS_CHANGE, [3], [1, 2, 4], [1, 2, 3, 4])
+    assert (end.adding_replicas, end.removing_replicas) == ([], []) and "removed [3]" in end.message
+    assert (feed.metrics.under_replicated, feed.metrics.health) == (False, Health.HEALTHY)
+    assert feed.of(EventType.ISR_SHRINK) == [] and feed.of(EventType.ISR_FLAPPING) == []
+
+
+def test_a_replica_of_a_reassignment_in_flight_that_leaves_the_isr_is_a_shrink() -> None:
+    feed = Feed()
+    feed.partition(sample(1, replicas=[1, 2, 3, 4], isr=[1, 2, 3], reassigning=([4], [3])))
+    shrink = feed.partition(sample(2, replicas=[1, 2, 3, 4], isr=[1, 3], reassigning=([4], [3])))
+    assert types(shrink) == [EventType.ISR_SHRINK] and shrink[0].brokers == [2]
+    assert feed.metrics is not None and feed.metrics.under_replicated  # 2 in sync of a replication factor 3
+
+
+def test_a_sample_that_cannot_tell_the_reassignment_keeps_what_the_state_knew_while_the_replicas_stay() -> None:
+    """A collector whose ListPartitionReassignments went unanswered (or an older one) sends no adding and removing
+    replicas: the state's hold while the replicas are those it knew them for; without any, the replicas a
+    reassignment adds count as Kafka's metadata alone shows them."""
+    feed = Feed()
+    feed.partition(sample(1, replicas=[1, 2, 3, 4], isr=[1, 2, 3], reassigning=([4], [3])))
+    feed.partition(sample(2, replicas=[1, 2, 3, 4], isr=[1, 2, 3]))
+    assert feed.metrics is not None and not feed.metrics.under_replicated
+    assert feed.state is not None and feed.state.meta.adding_replicas == (4,)
+    unknown = feed.partition(sample(3, replicas=[1, 2, 3, 4, 5], isr=[1, 2, 3]))
+    assert types(unknown) == [EventType.REPLICAS_CHANGE] and unknown[0].adding_replicas is None
+    assert feed.metrics.under_replicated  # nothing tells that 4 and 5 are being added
+    told = feed.partition(sample(4, replicas=[1, 2, 3, 4, 5], isr=[1, 2, 3], reassigning=([4, 5, 9], [])))
+    assert told == [] and not feed.metrics.under_replicated  # 9: not a replica, ignored
+    assert feed.state.meta.adding_replicas == (4, 5)
+
+
+def test_replicas_reordered_is_a_replicas_change_of_no_broker() -> None:
+    feed = Feed()
+    feed.partition(sample(1, replicas=[1, 2, 3]))
+    (change,) = feed.partition(sample(2, replicas=[2, 3, 1]))
+    assert (change.type, change.brokers) == (EventType.REPLICAS_CHANGE, [])
+    assert change.message.endswith("replicas [1, 2, 3] -> [2, 3, 1] (reordered)")
+
+
 def test_agent_truncation_ignores_replicas_no_longer_assigned() -> None:
     feed = Feed()
     feed.partition(sample(1, replicas=[1, 2]))
@@ -863,7 +931,7 @@ def test_the_state_store_codec_keeps_every_field() -> None:
         replica_logs={1: ReplicaLog(900, 4, 130, 120, 6, ((0, 0), (6, 100)))}, diverged={1: 100},
         loss=ElectionLoss(1, 6, True, 130, 100, 30), unclean_leader_election=False, metadata_offset=420,
         metadata_time_ms=2500, last_known_elr=(3,), earlier_committed_ends=((3, 60),),
-        uncommitted_counted=((3, 70), (6, 140)))
+        uncommitted_counted=((3, 70), (6, 140)), adding_replicas=(3,), removing_replicas=(1,))
     rich = PartitionState(meta, sample_time_ms=3000, cycle=3, received_ms=3100, high_watermark=100,
                           log_start_offset=10, log_end_offsets={2: 100, 3: 90}, last_log_end_offsets={1: 130, 2: 100},
                           hw_stuck_since_ms=1000, hw_stuck_log_end_offset=100, hw_stalled=True, stale=True,

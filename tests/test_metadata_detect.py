@@ -404,3 +404,41 @@ def test_eligible_leader_replicas_changes_are_events_from_the_log_and_from_sampl
     (elr,) = [e for e in back if e.type is EventType.ELR_CHANGE]
     assert (elr.elr, elr.previous_elr, elr.brokers, elr.source) == ([2], [2, 3], [3], EventSource.SAMPLER)
     assert not [e for e in feed.partition(sample(20, isr=[1, 3], elr=[2])) if e.type is EventType.ELR_CHANGE]
+
+
+def test_a_reassignment_from_the_log_is_two_replicas_changes_and_its_new_replica_no_under_replication() -> None:
+    """The controller's records of a reassignment [1, 2, 3] -> [1, 2, 4]: its start (replicas [1, 2, 3, 4], adding
+    [4], removing [3]), the new replica in the ISR, its end (replicas [1, 2, 4], the ISR without 3, nothing in
+    flight). The view replays them as Kafka merges them; the job reports the two replica changes at the
+    controller's times, no ISR_SHRINK for the replica removed, and no under-replicated partition while the
+    new one catches up, whatever the samples beside it cannot tell (here: a collector without the request)."""
+    view = MetadataView("prod", "agent-1", 1)
+    view.apply(topic_record(0))
+    view.apply(partition_record(1, isr=[1, 2, 3], epoch=5))
+
+    def change(offset: int, fields: dict[str, Any]) -> dict[str, Any]:
+        (c,) = partition_changes(view, record(offset, "PartitionChangeRecord", {
+            "partitionId": 7, "topicId": TOPIC_ID, "isr": None, "leader": -2, "replicas": None,
+            "removingReplicas": None, "addingReplicas": None, "leaderRecoveryState": -1, "directories": None,
+            "eligibleLeaderReplicas": None, "lastKnownElr": None, **fields}, offset * 1_000))
+        return c.model_dump()
+
+    start = change(2, {"replicas": [1, 2, 3, 4], "addingReplicas": [4], "removingReplicas": [3]})
+    assert (start["replicas"], start["adding_replicas"], start["removing_replicas"]) == ([1, 2, 3, 4], [4], [3])
+    joined = change(3, {"isr": [1, 2, 3, 4]})
+    assert (joined["adding_replicas"], joined["removing_replicas"]) == ([4], [3])  # kept: null in the record
+    end = change(4, {"replicas": [1, 2, 4], "isr": [1, 2, 4], "addingReplicas": [], "removingReplicas": []})
+    assert (end["replicas"], end["adding_replicas"], end["removing_replicas"]) == ([1, 2, 4], [], [])
+
+    feed = Feed()
+    feed.partition(sample(0))
+    started = apply(feed, start)
+    assert kinds(started) == [(EventType.REPLICAS_CHANGE, 2_000)] and started[0].source is EventSource.METADATA_LOG
+    assert (started[0].adding_replicas, started[0].removing_replicas) == ([4], [3])
+    assert feed.partition(sample(3, replicas=[1, 2, 3, 4], isr=[1, 2, 3], leos={1: 100, 2: 100, 3: 100, 4: 0})) == []
+    assert feed.metrics is not None and not feed.metrics.under_replicated
+    assert kinds(apply(feed, joined)) == [(EventType.ISR_EXPAND, 3_000)]
+    ended = apply(feed, end)
+    assert kinds(ended) == [(EventType.REPLICAS_CHANGE, 4_000)] and ended[0].brokers == [3]
+    assert feed.partition(sample(6, replicas=[1, 2, 4])) == [] and not feed.metrics.under_replicated
+    assert feed.of(EventType.ISR_SHRINK) == []

@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import kafka.errors as Errors
 import pytest
-from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse
+from kafka.protocol.admin.topics import DescribeTopicPartitionsResponse, ListPartitionReassignmentsResponse
 from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsResponse
 from kafka.protocol.parser import KafkaProtocol
 
@@ -394,6 +394,36 @@ def test_sample_assembly_marks_unreachable_and_missing_replicas() -> None:
     assert by_broker[1].log_end_offset == 100 and by_broker[1].error is None
     assert by_broker[2].error == ReplicaError.UNREACHABLE and by_broker[2].log_end_offset is None
     assert by_broker[3].error == ReplicaError.OFFLINE
+
+
+def test_reassignments_in_flight_read_as_kafka_python_decodes_them_and_go_into_the_samples() -> None:
+    """ListPartitionReassignments: its answer (encoded and decoded by kafka-python) gives each partition being
+    moved its adding and removing replicas; every other partition of the cycle has none; a refused or unanswered
+    request leaves them unknown (None) in every sample."""
+    topic, part = ListPartitionReassignmentsResponse.OngoingTopicReassignment, \
+        ListPartitionReassignmentsResponse.OngoingTopicReassignment.OngoingPartitionReassignment
+    answer = ListPartitionReassignmentsResponse(
+        version=0, throttle_time_ms=0, error_code=0, error_message=None,
+        topics=[topic(name="t", partitions=[part(partition_index=0, replicas=[1, 2, 3, 4], adding_replicas=[4],
+                                                 removing_replicas=[3])])])
+    decoded = ListPartitionReassignmentsResponse.decode(answer.encode(version=0), version=0)
+    moving, code = rq.parse_list_partition_reassignments(decoded)
+    assert (moving, code) == ({("t", 0): ([4], [3])}, 0)
+    refused = ListPartitionReassignmentsResponse(version=0, throttle_time_ms=0, error_code=31,
+                                                 error_message="denied", topics=[])
+    assert rq.parse_list_partition_reassignments(refused) == ({}, 31)
+
+    offsets = {("t", 0): (0, 90), ("t", 1): (0, 90)}
+    answers = CycleAnswers(high_watermark=offsets, last_stable_offset=offsets, log_start_offset=offsets,
+                           log_end_offset={b: offsets for b in (1, 2, 3, 4)}, reassignments=moving)
+    assert rq.list_partition_reassignments_request(5_000).topics is None  # every partition's
+    moved = assemble(meta("t", 0, 1, [1, 2, 3, 4], isr=[1, 2, 3]), answers)
+    assert (moved.adding_replicas, moved.removing_replicas) == ([4], [3])
+    still = assemble(meta("t", 1, 1, [1, 2, 3]), answers)
+    assert (still.adding_replicas, still.removing_replicas) == ([], [])
+    answers.reassignments = None
+    unknown = assemble(meta("t", 0, 1, [1, 2, 3, 4], isr=[1, 2, 3]), answers)
+    assert (unknown.adding_replicas, unknown.removing_replicas) == (None, None)
 
 
 def test_sample_of_a_partition_whose_leader_is_unreachable() -> None:

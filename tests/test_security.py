@@ -23,6 +23,7 @@ import psutil
 import pytest
 import yaml
 from kafka import KafkaProducer
+from kafka.errors import ClusterAuthorizationFailedError
 from pydantic import SecretStr
 
 from replmon.core import security
@@ -120,6 +121,12 @@ class Revoked:
         as_role = security.admin_client(self.cluster.bootstrap_servers.split(","),
                                         self.cluster.client_security(str(self.grant.role)), "replmon-test")
         try:
+            if self.grant.resource_type == "CLUSTER":  # DESCRIBE on the cluster: the reassignments in flight
+                try:
+                    as_role.list_partition_reassignments()
+                except ClusterAuthorizationFailedError:
+                    return True
+                return False
             return security.check_topic_grants(as_role, None, [(self.topic, self.grant)]) is not None
         finally:
             as_role.close()
@@ -309,6 +316,26 @@ def test_collector_without_describe_configs_names_it_and_samples_without_min_isr
     samples = [json.loads(line) for line in result.stdout.splitlines()]
     mine = [s for s in samples if s.get("topic") == topic]
     assert mine and all(s["min_insync_replicas"] is None for s in mine)
+
+
+def test_collector_without_describe_on_the_cluster_names_it_and_samples_without_the_reassignments(
+        secure_cluster: LocalCluster, tmp_path: Path) -> None:
+    """ListPartitionReassignments takes DESCRIBE on the cluster: refused, the collector says so in one line and its
+    samples leave the reassignments in flight unknown (None); given back, they say none is in flight."""
+    config = role_config(secure_cluster, secure_cluster.client_security("collector"), tmp_path / "collector.yaml")
+    with Revoked(secure_cluster, _grant(Role.COLLECTOR, "DESCRIBE", "kafka-cluster")):
+        result = replmon("collect", "--once", "--output", "-", "--config", str(config))
+    assert result.returncode == 0, result.stderr
+    assert ("replmon: cluster local: ListPartitionReassignments refused (CLUSTER_AUTHORIZATION_FAILED: user "
+            "collector lacks DESCRIBE on cluster kafka-cluster): the replicas a reassignment in flight adds count as "
+            "under-replicated while they catch up") in result.stderr.splitlines(), result.stderr
+    refused = [json.loads(line) for line in result.stdout.splitlines()]
+    partitions = [s for s in refused if s.get("schema") == "partition/v1"]
+    assert partitions and all(s["adding_replicas"] is None and s["removing_replicas"] is None for s in partitions)
+    given = replmon("collect", "--once", "--output", "-", "--config", str(config))
+    assert given.returncode == 0 and "ListPartitionReassignments" not in given.stderr, given.stderr
+    samples = [json.loads(line) for line in given.stdout.splitlines()]
+    assert all(s["adding_replicas"] == [] for s in samples if s.get("schema") == "partition/v1")
 
 
 def test_create_is_needed_only_to_create_a_missing_topic(secure_cluster: LocalCluster) -> None:

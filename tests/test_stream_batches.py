@@ -164,6 +164,22 @@ def test_a_record_that_is_not_a_batch_of_this_schema_is_quarantined_whole() -> N
         bucket: [p for p in (0, 1, 2, 0, 1, 2) if [4, 9][buckets_of(table, 2)[p]] == bucket] for bucket in shares}
 
 
+def test_a_batch_of_a_collector_older_than_a_field_reads_it_null_and_is_valid() -> None:
+    """A collector of the version before the reassignments in flight writes no such columns (its schema is this
+    one without them): the job reads its batches, those fields null ("not told") in every entry; a batch without
+    any other field is still quarantined."""
+    from streaming.batches import ADDED_FIELDS
+
+    written = [sample(p, adding_replicas=[4], removing_replicas=[3]) for p in range(3)]
+    table = read_batch(encode_batch(written))
+    older = table.drop_columns(list(ADDED_FIELDS)).replace_schema_metadata(ARROW_SCHEMA.metadata)
+    read = read_batch(write_stream(older))
+    assert read.schema == ARROW_SCHEMA
+    assert entries(read) == [as_dict(s) | {"adding_replicas": None, "removing_replicas": None} for s in written]
+    assert entry_reasons(read) == [None] * 3
+    assert split_batch(write_stream(older.drop_columns(["isr"])), [0, 1]) == ({}, [("missing_field:isr", "", 0)])
+
+
 def test_a_damaged_record_that_arrow_s_reader_takes_is_quarantined_whole() -> None:
     """Arrow's IPC reader trusts the lengths and offsets a record declares. Unless validated, a record whose
     string offsets run backwards crashes the Python worker (a segmentation fault: the task, then the micro-batch,

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import yaml
+from kafka import TopicPartition
 
 from dashboards.build import build_all
 from replmon.testbed.harness import metric
@@ -164,6 +165,63 @@ def test_killed_leader_gives_leader_change_with_the_next_epoch(
     assert change["clean"] is True
     wait_until(lambda: pipeline.metric("replmon_partition_leader_epoch", topic=e2e_topic, partition="0")
                == after.leader_epoch, DEADLINE_S, "the leader epoch gauge at +1")
+
+
+def test_a_reassignment_is_two_replicas_changes_and_no_shrink_nor_under_replication_while_it_copies(
+    pipeline: Pipeline, healthy_cluster: LocalCluster, kafka_view: KafkaView, e2e_topic: str,
+    producer_factory: Callable[..., SequencedProducer],
+) -> None:
+    """The partition moves from brokers [1, 2] to [1, 3] under a replication throttle, the producer writing
+    throughout. While Kafka's controller lists the move in flight (broker 3 added, outside the ISR, copying; broker
+    2 to be removed), the job shows its three replicas, two in sync, and not under-replicated: Kafka's own count
+    leaves out the replicas being added. Its REPLICAS_CHANGE names the move as the controller lists it. Once the
+    throttle is lifted and Kafka has completed the move, a second REPLICAS_CHANGE gives Kafka's new replicas;
+    broker 3 joined the ISR (ISR_EXPAND) and broker 2, removed, is no ISR_SHRINK."""
+    kafka_view.create_topic(e2e_topic, assignment={0: [1, 2]})
+    producer = producer_factory(e2e_topic)
+    producer.wait_acknowledged(50)
+    wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 2,
+               DEADLINE_S, "the ISR-size gauge at 2")
+    # out-of-sync replicas of the topic copy at 1 byte/s: broker 3 cannot catch up while the producer writes
+    kafka_view.set_configs("topic", e2e_topic, {"leader.replication.throttled.replicas": "*",
+                                                "follower.replication.throttled.replicas": "*"})
+    throttles = {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
+    for broker in (1, 3):
+        kafka_view.set_configs("broker", str(broker), dict(throttles))
+    try:
+        kafka_view.call(lambda admin: admin.alter_partition_reassignments({TopicPartition(e2e_topic, 0): [1, 3]}))
+        assert wait_until(lambda: kafka_view.reassignment(e2e_topic), 30, "the move in flight") == ([3], [2])
+
+        def in_flight() -> bool:
+            scraped = pipeline.scrape()
+            figures = [metric(scraped, name, topic=e2e_topic, partition="0") for name in (
+                "replmon_partition_replicas", "replmon_partition_isr_size", "replmon_partition_under_replicated")]
+            return figures == [3, 2, 0]
+
+        wait_until(in_flight, DEADLINE_S, "the job's three replicas, two in sync, not under-replicated")
+        # ... shown while Kafka still copies: broker 3 outside the ISR, the move listed
+        assert kafka_view.reassignment(e2e_topic) == ([3], [2])
+        during = kafka_view.partition(e2e_topic)
+        assert sorted(during.replicas) == [1, 2, 3] and sorted(during.isr) == [1, 2]
+        started = pipeline.wait_event("the move's REPLICAS_CHANGE", of(e2e_topic, "REPLICAS_CHANGE"))
+        assert (sorted(started["replicas"]), started["previous_replicas"], started["brokers"]) == ([1, 2, 3], [1, 2],
+                                                                                                   [3])
+        assert (started["adding_replicas"], started["removing_replicas"]) == ([3], [2])
+    finally:
+        for broker in (1, 3):
+            kafka_view.set_configs("broker", str(broker), dict.fromkeys(throttles))
+    wait_until(lambda: kafka_view.reassignment(e2e_topic) is None and sorted(kafka_view.partition(e2e_topic).replicas)
+               == [1, 3], 60, "Kafka to complete the move")
+    after = kafka_view.partition(e2e_topic)
+    ended = pipeline.wait_event("the completion's REPLICAS_CHANGE",
+                                lambda e: of(e2e_topic, "REPLICAS_CHANGE")(e) and e["replicas"] == after.replicas)
+    assert (sorted(ended["previous_replicas"]), ended["brokers"]) == ([1, 2, 3], [2])
+    wait_until(lambda: pipeline.metric("replmon_partition_replicas", topic=e2e_topic, partition="0") == 2
+               and pipeline.metric("replmon_partition_under_replicated", topic=e2e_topic, partition="0") == 0,
+               DEADLINE_S, "the job's two replicas after the move")
+    assert [e["brokers"] for e in events_of(pipeline, e2e_topic, "ISR_EXPAND")] == [[3]]
+    assert events_of(pipeline, e2e_topic, "ISR_SHRINK") == []
+    producer.wait_acknowledged(50)  # it wrote throughout, and still does
 
 
 def test_unclean_election_gives_unclean_leader_change_the_exact_committed_loss_and_its_alerts(

@@ -38,6 +38,8 @@ class CycleAnswers:
     unreachable: set[int] = field(default_factory=set)
     failed: dict[tuple[int, str], str] = field(default_factory=dict)
     """(broker, request label) -> why that request got no answer (broker reachable otherwise)."""
+    reassignments: dict[TopicPartition, tuple[list[int], list[int]]] | None = None
+    """Partition -> (adding, removing replicas) of each reassignment in flight; None when the cycle could not ask."""
 
 
 def error_name(code: int) -> str:
@@ -64,6 +66,8 @@ def _replica(broker: int, log_end_offset: int | None = None, error: ReplicaError
 
 
 _NO_ANSWERS: OffsetAnswers = {}
+_NOT_MOVING: tuple[list[int], list[int]] = ([], [])
+"""A partition no reassignment moves (shared by the samples: never mutated)."""
 
 
 class SampleAssembler:
@@ -106,10 +110,13 @@ class SampleAssembler:
                 replicas.append(_replica(broker, found[1]))
             else:
                 replicas.append(self._replica_error(meta, broker, found))
+        moving = answers.reassignments
+        adding, removing = (None, None) if moving is None else moving.get(tp, _NOT_MOVING)
         return trusted(PartitionSample, {
             **self._head, "topic": meta.topic, "topic_id": meta.topic_id, "partition": meta.partition,
             "leader": leader, "leader_epoch": meta.leader_epoch, "replicas": meta.replicas, "isr": meta.isr,
             "elr": meta.elr, "last_known_elr": meta.last_known_elr, "offline_replicas": meta.offline_replicas,
+            "adding_replicas": adding, "removing_replicas": removing,
             "high_watermark": offsets[0], "last_stable_offset": offsets[1], "log_start_offset": offsets[2],
             "replica_offsets": replicas, "epoch_lineage": lineage,
             "min_insync_replicas": config.min_insync_replicas if config else None,

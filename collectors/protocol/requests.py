@@ -15,10 +15,12 @@ OffsetsForLeaderEpoch                 leaders, when    one step of a lineage wal
                                       needed
 DescribeConfigs (topics)              one broker,      min.insync.replicas, unclean.leader.election.enable
                                       every M cycles
+ListPartitionReassignments (all)      one broker (to   the reassignments in flight: adding and removing
+                                      the controller)  replicas
 ====================================  ===============  ===============================================
 
 A ListOffsets request carries one replica id and one isolation level, and a partition at most once, hence
-four of them; steady cycles cost P + 4B requests (+B for lineage walks, +1 for configs).
+four of them; steady cycles cost P + 4B + 1 requests (+B for lineage walks, +1 for configs).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.admin.configs import DescribeConfigsRequest
-from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest
+from kafka.protocol.admin.topics import DescribeTopicPartitionsRequest, ListPartitionReassignmentsRequest
 from kafka.protocol.consumer.offsets import OffsetForLeaderEpochRequest
 from kafka.protocol.metadata import MetadataRequest
 
@@ -56,6 +58,7 @@ DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 DESCRIBE_TOPIC_PARTITIONS_VERSION = 0
 """The only version there is (Kafka 3.8 to 4.x); the sampler asks for it and reads its answer by hand."""
 LIST_OFFSETS_KEY = 2
+LIST_PARTITION_REASSIGNMENTS_KEY = 46
 PAGE_PARTITION_LIMIT = 2000
 """Partitions per DescribeTopicPartitions page (the broker caps it with max.request.partition.size.limit)."""
 TOPIC_RESOURCE = 2
@@ -344,3 +347,20 @@ def parse_describe_configs(response: Any) -> dict[str, TopicConfig]:
             min_insync_replicas=int(min_isr) if min_isr and min_isr.isdigit() and int(min_isr) >= 1 else None,
             unclean_leader_election=None if unclean is None else unclean.strip().lower() == "true")
     return out
+
+
+Reassignments = dict[TopicPartition, tuple[list[int], list[int]]]
+"""Partition -> (adding replicas, removing replicas) of each reassignment in flight."""
+
+
+def list_partition_reassignments_request(timeout_ms: int) -> Any:
+    """Every reassignment in flight (``topics`` null: all of them); a broker forwards it to the controller."""
+    return ListPartitionReassignmentsRequest(timeout_ms=timeout_ms, topics=None)
+
+
+def parse_list_partition_reassignments(response: Any) -> tuple[Reassignments, int]:
+    """The reassignments in flight, and the answer's error code (0: none; else the reassignments are unknown)."""
+    if response.error_code:
+        return {}, int(response.error_code)
+    return {(t.name, p.partition_index): ([int(b) for b in p.adding_replicas], [int(b) for b in p.removing_replicas])
+            for t in response.topics for p in t.partitions}, 0

@@ -36,7 +36,7 @@ from replmon.contracts.samples import MAX_REPLICAS, CycleSample, EpochEntry, Sam
 from replmon.core.config import ClusterConfig, CollectorConfig
 from replmon.core.errors import ReplmonError, describe
 from replmon.core.gcpause import paused as gc_paused
-from replmon.core.security import TOPIC_AUTHORIZATION_FAILED, missing_permission
+from replmon.core.security import CLUSTER_AUTHORIZATION_FAILED, TOPIC_AUTHORIZATION_FAILED, missing_permission
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,7 @@ LEADER_LABELS = {"high_watermark": rq.HIGH_WATERMARK, "last_stable_offset": rq.L
 OFFSETS_FOR_LEADER_EPOCH = "OffsetsForLeaderEpoch"
 DESCRIBE_CONFIGS = "DescribeConfigs"
 DESCRIBE_TOPIC_PARTITIONS = "DescribeTopicPartitions"
+LIST_PARTITION_REASSIGNMENTS = "ListPartitionReassignments"
 METADATA = "Metadata"
 SILENT_BROKER_GRACE_S = 0.5
 """How long a broker that did not answer last cycle is waited for once every other broker has answered."""
@@ -96,6 +97,7 @@ class ClusterSampler:
         self._metadata_asked_ms = 0
         """When the cycle's metadata that answered was asked for (wall clock, ms): the time of its samples."""
         self._configs_denied: list[str] = []
+        self._reassignments_error = 0
         self.cycle_wait_s = min(collector.request_timeout_ms / 1000,
                                 max(MIN_CYCLE_WAIT_S, collector.cycle_wait_share * collector.interval_s))
         """How long one cycle waits for answers in all (see ``CollectorConfig.cycle_wait_share``)."""
@@ -170,6 +172,10 @@ class ClusterSampler:
                            or any(t not in self.topic_configs for t in topic_names))
         if refresh_configs and topic_names:
             calls.append(Call(self._pick_broker(hosts), rq.describe_configs_request(topic_names), DESCRIBE_CONFIGS))
+        if selected and self.client.api_versions(rq.LIST_PARTITION_REASSIGNMENTS_KEY) is not None:
+            calls.append(Call(self._pick_broker(hosts),
+                              rq.list_partition_reassignments_request(self.config.request_timeout_ms),
+                              LIST_PARTITION_REASSIGNMENTS))
 
         outcomes = self._send(calls) + self.client.gather(early.pending)
         answers, lineage_answers, configs = self._collect(
@@ -358,6 +364,10 @@ class ClusterSampler:
             elif call.label == DESCRIBE_CONFIGS:
                 configs = rq.parse_describe_configs(outcome.response)
                 self._report_config_errors(rq.describe_configs_errors(outcome.response))
+            elif call.label == LIST_PARTITION_REASSIGNMENTS:
+                reassignments, code = rq.parse_list_partition_reassignments(outcome.response)
+                self._report_reassignments_error(code)
+                answers.reassignments = None if code else reassignments
         # A broker that answered some requests and timed out on others is reachable but troubled: its
         # unanswered requests are failures, not an unreachable broker.
         for outcome in outcomes:
@@ -376,6 +386,16 @@ class ClusterSampler:
                         self.cluster.name,
                         missing_permission(self.cluster.security.username, "DESCRIBE_CONFIGS", "TOPIC", shown))
         self._configs_denied = denied
+
+    def _report_reassignments_error(self, code: int) -> None:
+        """A refused ListPartitionReassignments: one line when its error changes (the replicas a reassignment adds
+        then count as Kafka's metadata alone shows them: under-replicated while they catch up)."""
+        if code and code != self._reassignments_error:
+            why = (missing_permission(self.cluster.security.username, "DESCRIBE", "CLUSTER", "kafka-cluster")
+                   if code == CLUSTER_AUTHORIZATION_FAILED else error_name(code))
+            log.warning("cluster %s: ListPartitionReassignments refused (%s): the replicas a reassignment in flight "
+                        "adds count as under-replicated while they catch up", self.cluster.name, why)
+        self._reassignments_error = code
 
     def _lineages(self, walks: dict[TopicPartition, Any], lineage_answers: dict[TopicPartition, tuple[int, int, int]],
                   answers: CycleAnswers) -> dict[TopicPartition, list[EpochEntry]]:

@@ -34,6 +34,7 @@ class EventType(StrEnum):
     ELR_CHANGE = "ELR_CHANGE"
     BROKER_FENCED = "BROKER_FENCED"
     BROKER_UNFENCED = "BROKER_UNFENCED"
+    REPLICAS_CHANGE = "REPLICAS_CHANGE"
 
 
 class EventSource(StrEnum):
@@ -131,6 +132,15 @@ class Event(BaseModel):
     leader change (the old leader's divergence and its truncation, or two replicas' tails, cover the same
     offsets): what this event adds to ``replmon_uncommitted_messages_lost_total``. Summed over a leader change's
     events it is the size of the union of their never-committed tails."""
+    replicas: list[int] | None = None
+    """REPLICAS_CHANGE: the assigned replicas after the event (during a reassignment, old and new together)."""
+    previous_replicas: list[int] | None = None
+    """REPLICAS_CHANGE: the assigned replicas before the event."""
+    adding_replicas: list[int] | None = None
+    """REPLICAS_CHANGE: the replicas the reassignment in flight is adding (empty when none is in flight; None when
+    the collector could not tell)."""
+    removing_replicas: list[int] | None = None
+    """REPLICAS_CHANGE: the replicas the reassignment in flight will remove."""
 
 
 class EventTypeSpec(NamedTuple):
@@ -243,6 +253,16 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         (Severity.INFO,), "info",
         "The controller unfenced a broker (`brokers`): it may lead and rejoin ISRs again.",
         "The broker (re)started and caught up with the metadata log."),
+    EventType.REPLICAS_CHANGE: EventTypeSpec(
+        (Severity.INFO,), "info",
+        "The partition's assigned replicas changed (`replicas`, `previous_replicas`; `brokers`: who joined or left "
+        "the assignment; `adding_replicas` and `removing_replicas` while a reassignment is in flight). A "
+        "reassignment shows twice: when it starts (the new replicas added beside the old ones) and when it "
+        "completes (the old ones removed). A replica removed from the assignment leaves the ISR with it: that is "
+        "no ISR_SHRINK; and while a reassignment is in flight the replicas it is adding do not count in the "
+        "replication factor (no under-replicated partition for them, as Kafka's own UnderReplicatedPartitions).",
+        "A partition reassignment (kafka-reassign-partitions.sh, Cruise Control, AlterPartitionReassignments: "
+        "replicas moved to other brokers, or the replication factor changed) started, completed or was cancelled."),
 }
 """Every event type, once: its severities, what it means and what causes it."""
 

@@ -31,11 +31,14 @@ class MetricSpec:
 CATALOG: tuple[MetricSpec, ...] = (
     # --- per partition (budgeted) ---
     MetricSpec("replmon_partition_isr_size", "gauge", PARTITION, "Replicas in the ISR.", True),
-    MetricSpec("replmon_partition_replicas", "gauge", PARTITION, "Assigned replicas (replication factor).", True),
+    MetricSpec("replmon_partition_replicas", "gauge", PARTITION,
+               "Assigned replicas (the replication factor; during a reassignment, old and new replicas together).",
+               True),
     MetricSpec("replmon_partition_min_insync_replicas", "gauge", PARTITION,
                "The topic's min.insync.replicas.", True),
-    MetricSpec("replmon_partition_under_replicated", "gauge", PARTITION, "1 when the ISR is smaller than the replicas.",
-               True),
+    MetricSpec("replmon_partition_under_replicated", "gauge", PARTITION,
+               "1 when the ISR is smaller than the replication factor: the replicas, less those a reassignment in "
+               "flight is adding (Kafka's UnderReplicatedPartitions).", True),
     MetricSpec("replmon_partition_under_min_isr", "gauge", PARTITION,
                "1 when the ISR is smaller than min.insync.replicas: acks=all writes fail.", True),
     MetricSpec("replmon_partition_at_min_isr", "gauge", PARTITION,
@@ -65,7 +68,8 @@ CATALOG: tuple[MetricSpec, ...] = (
                "election from it may lose data).", True),
     # --- aggregates (always exported) ---
     MetricSpec("replmon_cluster_partitions", "gauge", CLUSTER, "Partitions watched."),
-    MetricSpec("replmon_cluster_under_replicated_partitions", "gauge", CLUSTER, "Partitions with ISR < replicas."),
+    MetricSpec("replmon_cluster_under_replicated_partitions", "gauge", CLUSTER,
+               "Partitions with ISR < replication factor (under-replicated)."),
     MetricSpec("replmon_cluster_under_min_isr_partitions", "gauge", CLUSTER,
                "Partitions with ISR < min.insync.replicas."),
     MetricSpec("replmon_cluster_at_min_isr_partitions", "gauge", CLUSTER, "Partitions with ISR = min.insync.replicas."),
@@ -86,7 +90,7 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Largest follower lag among the broker's replicas."),
     MetricSpec("replmon_topic_partitions", "gauge", TOPIC, "Partitions of the topic."),
     MetricSpec("replmon_topic_under_replicated_partitions", "gauge", TOPIC,
-               "Partitions of the topic with ISR < replicas."),
+               "Partitions of the topic with ISR < replication factor (under-replicated)."),
     MetricSpec("replmon_topic_under_min_isr_partitions", "gauge", TOPIC,
                "Partitions of the topic with ISR < min.insync.replicas."),
     MetricSpec("replmon_topic_offline_partitions", "gauge", TOPIC, "Partitions of the topic without a leader."),

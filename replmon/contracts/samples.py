@@ -137,6 +137,13 @@ class PartitionSample(_Record):
     """KIP-966's last known ELR: the replicas last in the ELR before it emptied, for a last-resort election."""
     offline_replicas: Brokers = []
     """Replicas whose log dir failed (Kafka's offline replicas)."""
+    adding_replicas: Brokers | None = None
+    """Replicas a reassignment in flight is adding (Kafka's adding replicas, from ListPartitionReassignments): in
+    ``replicas``, not yet counted in the replication factor; empty when none is in flight, None when the collector
+    could not ask (an older collector, or the request refused or unanswered)."""
+    removing_replicas: Brokers | None = None
+    """Replicas a reassignment in flight will remove once the adding ones are in the ISR (Kafka's removing
+    replicas); None as for ``adding_replicas``."""
     high_watermark: Offset | None = None
     """The leader's high watermark: the first offset not yet committed (consumers read below it). None when the
     leader did not answer."""
@@ -291,6 +298,11 @@ class PartitionChange(_MetadataLogRecord):
     previous_last_known_elr: Brokers | None = None
     """The last known ELR before the record: a leader elected from it, every ISR and ELR member gone, is the
     controller's own unclean recovery (KIP-966)."""
+    adding_replicas: Brokers | None = None
+    """The replicas a reassignment in flight is adding, after the record (empty when none is in flight); None from
+    an agent that did not read them."""
+    removing_replicas: Brokers | None = None
+    """The replicas a reassignment in flight will remove, after the record; None as for ``adding_replicas``."""
 
 
 class BrokerChange(_MetadataLogRecord):

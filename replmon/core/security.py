@@ -71,6 +71,9 @@ GRANTS: tuple[Grant, ...] = (
           "metadata (DescribeTopicPartitions), ListOffsets and OffsetsForLeaderEpoch of the watched topics"),
     Grant(Role.COLLECTOR, Where.WATCHED, "TOPIC", "*", "DESCRIBE_CONFIGS",
           "min.insync.replicas and unclean.leader.election.enable of the watched topics"),
+    Grant(Role.COLLECTOR, Where.WATCHED, "CLUSTER", "kafka-cluster", "DESCRIBE",
+          "the reassignments in flight (ListPartitionReassignments): the replicas a reassignment adds are not "
+          "counted under-replicated while they copy, as Kafka counts them"),
     Grant(Role.COLLECTOR, Where.TRANSPORT, "TOPIC", "{samples_topic}", "WRITE", "publish samples"),
     Grant(Role.COLLECTOR, Where.TRANSPORT, "TOPIC", "{samples_topic}", "CREATE",
           "create the samples topic when it is missing", create_only=True),
@@ -214,6 +217,7 @@ def missing_permission(user: str | None, operation: str, resource_type: str, nam
 CHECK_BOOTSTRAP_TIMEOUT_MS = 5_000
 """How long :func:`check_access` tries to reach the samples cluster before it lets the stage start anyway."""
 TOPIC_AUTHORIZATION_FAILED: int = Errors.TopicAuthorizationFailedError.errno
+CLUSTER_AUTHORIZATION_FAILED: int = Errors.ClusterAuthorizationFailedError.errno
 UNKNOWN_TOPIC_OR_PARTITION: int = Errors.UnknownTopicOrPartitionError.errno
 
 

@@ -118,6 +118,27 @@ class KafkaView:
             [ConfigResource(ConfigResourceType.TOPIC, topic)], config_filter="all"))
         return {name: entry["value"] for name, entry in result["topic"][topic].items()}
 
+    def set_configs(self, kind: str, name: str, configs: dict[str, str | None]) -> None:
+        """Set (a value) or delete (None) dynamic configs of a ``kind`` ('topic' or 'broker') resource, the others
+        kept (IncrementalAlterConfigs)."""
+        from kafka.admin import AlterConfigOp, ConfigResource, ConfigResourceType
+
+        ops = {key: (AlterConfigOp.SET, value) if value is not None else (AlterConfigOp.DELETE, None)
+               for key, value in configs.items()}
+        resource = ConfigResource(ConfigResourceType[kind.upper()], name, configs=ops)
+        result = self.call(lambda admin: admin.alter_configs([resource], incremental=True, raise_on_unknown=False))
+        for answers in result.values():
+            for resource_name, outcome in answers.items():
+                if outcome != "OK":  # kafka-python's text of the error
+                    raise RuntimeError(f"altering the configs of {kind} {resource_name}: {outcome}")
+
+    def reassignment(self, topic: str, partition: int = 0) -> tuple[list[int], list[int]] | None:
+        """The adding and removing replicas of the reassignment of ``topic``-``partition`` in flight (Kafka's
+        ListPartitionReassignments, answered by the controller); None when none is."""
+        tp = TopicPartition(topic, partition)
+        found = self.call(lambda admin: admin.list_partition_reassignments([tp])).get(tp)
+        return None if found is None else (list(found["adding_replicas"]), list(found["removing_replicas"]))
+
     def topics(self) -> set[str]:
         """Every topic the cluster's metadata lists."""
         return set(self.call(lambda admin: admin.list_topics()))

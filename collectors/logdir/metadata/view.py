@@ -59,6 +59,10 @@ class Registration:
     elr: tuple[int, ...]
     last_known_elr: tuple[int, ...]
     leader_recovery_state: LeaderRecoveryState
+    adding_replicas: tuple[int, ...] = ()
+    """A reassignment in flight: the replicas it adds (among ``replicas``)."""
+    removing_replicas: tuple[int, ...] = ()
+    """A reassignment in flight: the replicas it removes once the adding ones are in the ISR."""
 
 
 def _ints(values: Iterable[int] | None) -> tuple[int, ...]:
@@ -78,7 +82,8 @@ def register(fields: dict[str, Any]) -> Registration:
         partition_epoch=int(fields["partitionEpoch"]), elr=_ints(fields.get("eligibleLeaderReplicas")),
         last_known_elr=_ints(fields.get("lastKnownElr")),
         leader_recovery_state=_recovery_state(int(fields.get("leaderRecoveryState", 0)),
-                                              LeaderRecoveryState.RECOVERED))
+                                              LeaderRecoveryState.RECOVERED),
+        adding_replicas=_ints(fields.get("addingReplicas")), removing_replicas=_ints(fields.get("removingReplicas")))
 
 
 def merge(current: Registration, fields: dict[str, Any]) -> Registration:
@@ -97,7 +102,9 @@ def merge(current: Registration, fields: dict[str, Any]) -> Registration:
         elr=changed("eligibleLeaderReplicas", current.elr),
         last_known_elr=changed("lastKnownElr", current.last_known_elr),
         leader_recovery_state=_recovery_state(int(fields.get("leaderRecoveryState", -1)),
-                                              current.leader_recovery_state))
+                                              current.leader_recovery_state),
+        adding_replicas=changed("addingReplicas", current.adding_replicas),
+        removing_replicas=changed("removingReplicas", current.removing_replicas))
 
 
 class MetadataView:
@@ -221,6 +228,7 @@ class MetadataView:
                 previous_isr=None if before is None else list(before.isr),
                 previous_elr=None if before is None else list(before.elr),
                 previous_last_known_elr=None if before is None else list(before.last_known_elr),
+                adding_replicas=list(new.adding_replicas), removing_replicas=list(new.removing_replicas),
             ))
         return out
 
