@@ -103,6 +103,25 @@ def test_wrong_types_name_the_field(tmp_path: Path, text: str, where: str) -> No
         load_config(write(tmp_path, text), env={})
 
 
+@pytest.mark.parametrize("text, reason", [
+    ("clusters: [{name: a, bootstrap_servers: '127.0.0.1:1 127.0.0.1:2'}]",
+     "clusters.0.bootstrap_servers: bootstrap server '127.0.0.1:1 127.0.0.1:2' is not HOST:PORT: separate servers "
+     "with commas"),
+    ("clusters: [{name: a, bootstrap_servers: 'http://127.0.0.1:1'}]",
+     "clusters.0.bootstrap_servers: bootstrap server 'http://127.0.0.1:1' is not HOST:PORT: no scheme (the protocol "
+     "is security.protocol)"),
+    ("transport: {bootstrap_servers: 'k1'}", "transport.bootstrap_servers: bootstrap server 'k1' is not HOST:PORT"),
+    ("transport: {bootstrap_servers: ['k1:9092', 'localhost']}",
+     "transport.bootstrap_servers: bootstrap server 'localhost' is not HOST:PORT"),
+])
+def test_a_bootstrap_server_that_is_not_host_port_is_refused_with_why(tmp_path: Path, text: str, reason: str) -> None:
+    with pytest.raises(ReplmonError) as refused:
+        load_config(write(tmp_path, text), env={})
+    assert str(refused.value).endswith(reason)
+    assert load_config(write(tmp_path, "transport: {bootstrap_servers: 'k1:9092,k2:9092'}"),
+                       env={}).transport.bootstrap_servers == ["k1:9092", "k2:9092"]
+
+
 def test_forget_after_follows_stale_after_unless_set(tmp_path: Path) -> None:
     """Unset, a partition is forgotten after ten times stale_after_s, whatever that is: a long stale_after_s alone
     is no error."""

@@ -27,6 +27,9 @@ from replmon.core.processes import stop_signalled, wait_told
 
 _DURATION = re.compile(r"^-?(\d+)\s*([smhd])(?:\s+ago)?$")
 POLL_MS = 500
+BOOTSTRAP_TIMEOUT_MS = 10_000
+"""How long ``--from topic`` tries to reach the events topic's cluster before it says it cannot (kafka-python's
+default, 30 s, left an operator without a word that long)."""
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
@@ -142,7 +145,8 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
     try:
         consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
                                  isolation_level="read_committed", client_id="replmon-events",
-                                 request_timeout_ms=15000, **config.samples_security().kafka_python())
+                                 request_timeout_ms=15000, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
+                                 **config.samples_security().kafka_python())
     except KafkaError as exc:
         raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {exc}") from None
     try:

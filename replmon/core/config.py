@@ -144,6 +144,21 @@ class TopicFilter(_Section):
     """Watch internal topics (__consumer_offsets, __transaction_state, ...) too."""
 
 
+def host_ports(servers: list[str]) -> list[str]:
+    """``servers`` when each is HOST:PORT (a port from 1 to 65535, no scheme, no spaces: Kafka's
+    bootstrap.servers); else the first that is not, and why."""
+    for server in servers:
+        host, sep, port = server.rpartition(":")
+        if any(c.isspace() for c in server):
+            raise ValueError(f"bootstrap server {server!r} is not HOST:PORT: separate servers with commas")
+        if "://" in server:
+            raise ValueError(f"bootstrap server {server!r} is not HOST:PORT: no scheme (the protocol is "
+                             "security.protocol)")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bootstrap server {server!r} is not HOST:PORT")
+    return servers
+
+
 class ClusterConfig(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
     bootstrap_servers: list[str] = Field(min_length=1)
@@ -160,11 +175,7 @@ class ClusterConfig(_Section):
     @field_validator("bootstrap_servers")
     @classmethod
     def _host_port(cls, value: list[str]) -> list[str]:
-        for server in value:
-            host, sep, port = server.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ValueError(f"bootstrap server {server!r} is not HOST:PORT")
-        return value
+        return host_ports(value)
 
 
 class CollectorConfig(_Section):
@@ -214,6 +225,11 @@ class TransportConfig(_Section):
     @classmethod
     def _split(cls, value: Any) -> Any:
         return [s.strip() for s in value.split(",") if s.strip()] if isinstance(value, str) else value
+
+    @field_validator("bootstrap_servers")
+    @classmethod
+    def _host_port(cls, value: list[str] | None) -> list[str] | None:
+        return None if value is None else host_ports(value)
 
 
 MAX_STATE_BUCKETS = 65536
