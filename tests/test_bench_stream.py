@@ -46,3 +46,16 @@ def test_mean_batch_s_is_of_the_steady_batches() -> None:
         p["batchDuration"] = ms
     assert mean_batch_s(progress, skip=2) == pytest.approx(5.0)
     assert mean_batch_s(progress[:2], skip=2) != mean_batch_s(progress[:2], skip=2)  # NaN: no steady batch
+
+
+def test_the_bench_producer_writes_batches_the_job_reads_whole_as_a_collector_s() -> None:
+    """bench/batch_producer.py builds the collector's records column by column: every field of the batch schema,
+    every entry valid, nothing in flight (no reassignment), as a collector with nothing to report writes them."""
+    from bench.batch_producer import chunks, record
+    from replmon.contracts.batches import entries
+    from streaming.batches import entry_reasons, read_batch
+
+    (first, *_) = chunks("bench", topics=2, per_topic=50)
+    table = read_batch(record(first, cycle=3, churn=100, now_ms=1_700_000_000_000))
+    assert table.num_rows == len(first.index) and entry_reasons(table) == [None] * table.num_rows
+    assert all((e["adding_replicas"], e["removing_replicas"]) == ([], []) for e in entries(table))
