@@ -67,13 +67,6 @@ def test_missing_config_file_is_one_clear_error(tmp_path: Path, capsys: pytest.C
     assert capsys.readouterr().err.strip() == f"replmon: config file {tmp_path / 'none.yaml'} does not exist"
 
 
-def test_an_agent_log_dir_that_does_not_exist_is_one_clear_line(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["agent", "--log-dir", str(tmp_path / "nowhere"), "--once", "--output", "-"]) == 2
-    assert capsys.readouterr().err.strip() == (f"replmon: --log-dir {tmp_path / 'nowhere'} does not exist (a "
-                                               "broker's log.dirs entry)")
-
-
 def test_events_from_a_topic_on_a_cluster_that_cannot_be_reached_is_one_clear_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("replmon.cli.events.BOOTSTRAP_TIMEOUT_MS", 500)

@@ -11,6 +11,7 @@ checkpoint, with a broker fault while it is down, is tests/test_job_restarts.py.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kafka import TopicPartition
+from kafka import KafkaProducer, TopicPartition
 
 from dashboards.build import build_all
 from replmon.testbed.harness import metric
@@ -182,12 +183,20 @@ def test_a_reassignment_is_two_replicas_changes_and_no_shrink_nor_under_replicat
     producer.wait_acknowledged(50)
     wait_until(lambda: pipeline.metric("replmon_partition_isr_size", topic=e2e_topic, partition="0") == 2,
                DEADLINE_S, "the ISR-size gauge at 2")
-    # out-of-sync replicas of the topic copy at 1 byte/s: broker 3 cannot catch up while the producer writes
+    # out-of-sync replicas of the topic copy at 1 byte/s once past their quota: broker 3 cannot catch up. The
+    # quota is counted after a fetch, and one fetch brings up to replica.fetch.max.bytes (1 MiB, at least a batch):
+    # the log holds more than that first, or a first fetch could bring the new replica all the way
     kafka_view.set_configs("topic", e2e_topic, {"leader.replication.throttled.replicas": "*",
                                                 "follower.replication.throttled.replicas": "*"})
     throttles = {"leader.replication.throttled.rate": "1", "follower.replication.throttled.rate": "1"}
     for broker in (1, 3):
         kafka_view.set_configs("broker", str(broker), dict(throttles))
+    bulk = KafkaProducer(bootstrap_servers=healthy_cluster.bootstrap_servers, acks="all")
+    try:
+        for _ in range(4):
+            bulk.send(e2e_topic, os.urandom(700_000), partition=0).get(timeout=30)
+    finally:
+        bulk.close()
     try:
         kafka_view.call(lambda admin: admin.alter_partition_reassignments({TopicPartition(e2e_topic, 0): [1, 3]}))
         assert wait_until(lambda: kafka_view.reassignment(e2e_topic), 30, "the move in flight") == ([3], [2])

@@ -36,9 +36,6 @@ def _agent(args: argparse.Namespace) -> int:
     if args.output not in (None, "-"):
         raise ReplmonError(f"--output takes only '-' (JSON lines on stdout), not {args.output!r}")
     log_dirs = [Path(d) for d in args.log_dirs]
-    for log_dir in log_dirs:  # a mistyped path, not a disk the agent cannot read at a moment
-        if not log_dir.exists():
-            raise ReplmonError(f"--log-dir {log_dir} does not exist (a broker's log.dirs entry)")
     config, cluster = agent_config(args.config, log_dirs, publish=args.output is None, cluster_dir=args.cluster_dir)
     return agent(config, log_dirs, cluster=cluster, broker_id=args.broker_id, once=args.once,
                  json_lines=args.output == "-")
