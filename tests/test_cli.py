@@ -136,6 +136,37 @@ def test_an_environment_variable_that_is_not_json_is_one_clear_line(
         'such as [{"name": "prod", "bootstrap_servers": ["k1:9092"]}])')
 
 
+def test_a_misspelt_replmon_variable_is_one_clear_line_for_every_command(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """REPLMON_STATEDIR for REPLMON_STATE_DIR would put the clusters and checkpoints elsewhere without a word; a
+    variable close to no replmon name is another tool's, left alone."""
+    monkeypatch.setenv("REPLMON_STATEDIR", str(tmp_path))
+    monkeypatch.setenv("REPLMON_BUILD_NUMBER", "7")
+    for argv in (["cluster", "status"], ["events", "--history-dir", str(tmp_path)]):
+        assert main(argv) == 2
+        assert capsys.readouterr().err.strip() == (
+            "replmon: REPLMON_STATEDIR is no replmon variable (did you mean REPLMON_STATE_DIR?)")
+    monkeypatch.delenv("REPLMON_STATEDIR")
+    assert main(["events", "--history-dir", str(tmp_path)]) == 0
+
+
+def test_every_replmon_variable_read_is_known_to_the_misspelling_check() -> None:
+    """A variable the code reads that :data:`OTHER_VARIABLES` lacks would itself be refused as a misspelling."""
+    import re
+
+    from replmon.core.config import OTHER_VARIABLES
+
+    root = Path(__file__).resolve().parents[1]
+    read = set()
+    for path in [*root.glob("[!.]*/**/*.py"), *root.glob("deploy/*.sh"), root / "Dockerfile"]:
+        if "tests" in path.parts or ".venv" in path.parts:
+            continue
+        text = path.read_text()
+        read |= set(re.findall(r'(?:environ(?:\.get)?\(|getenv\(|environ\[|\$\{|ENV )"?(REPLMON_[A-Z_]+[A-Z])', text))
+        read |= set(re.findall(r'_ENV = "(REPLMON_[A-Z_]+)"', text))
+    assert read and read <= set(OTHER_VARIABLES), read - set(OTHER_VARIABLES)
+
+
 def test_a_config_path_that_is_a_directory_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["events", "--config", str(tmp_path), "--history-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.strip() == f"replmon: config file {tmp_path} is a directory"

@@ -56,6 +56,10 @@ def test_an_event_type_is_taken_in_any_case_and_an_unknown_one_is_refused() -> N
     (["--from", "history", "--follow"], "--follow reads the events topic: it goes with --from topic"),
     (["--from", "topic", "--history-dir", "/x"], "--history-dir goes with --from history"),
     (["--type", "nope"], "--type takes one of"),
+    (["--type", ""], "--type takes one of ISR_SHRINK"),  # an empty shell variable, not "every type"
+    (["--since", ""], "--since takes a duration such as 15m"),
+    (["--cluster", ""], "--cluster takes a cluster name, not ''"),
+    (["--topic", " "], "--topic takes a topic name, not ' '"),
 ])
 def test_contradictory_options_are_one_clear_line(argv: list[str], message: str,
                                                   capsys: pytest.CaptureFixture[str]) -> None:

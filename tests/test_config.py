@@ -78,6 +78,33 @@ def test_bad_yaml_is_one_line_that_says_where(tmp_path: Path) -> None:
                                "got '<stream end>' (while parsing a flow sequence)")
 
 
+def test_a_key_given_twice_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """PyYAML keeps the last of two equal keys: the first (a whole section, perhaps) would be lost without a word."""
+    path = write(tmp_path, "collector:\n  interval_s: 5\nstream:\n  trigger_interval_s: 2\ncollector:\n  "
+                           "metrics_port: 0\n")
+    with pytest.raises(ReplmonError, match=re.escape(
+            f"config file {path} is not valid YAML: line 5, column 1: key 'collector' given twice (first on line 1)")):
+        load_config(path, env={})
+    nested = write(tmp_path, "clusters:\n- name: a\n  bootstrap_servers: [h:1]\n  name: b\n")
+    with pytest.raises(ReplmonError, match=re.escape("line 4, column 3: key 'name' given twice (first on line 2)")):
+        load_config(nested, env={})
+    # a merge key ('<<') is YAML's own way to override keys, and two sections may hold equal keys
+    merged = write(tmp_path, "x-defaults: &d {interval_s: 5}\ncollector:\n  <<: *d\n  interval_s: 7\n"
+                             "stream: {trigger_interval_s: 5}\n")
+    with pytest.raises(ReplmonError, match="x-defaults: Extra inputs"):  # the anchor's holder is no setting
+        load_config(merged, env={})
+    merged.write_text("collector:\n  <<: {interval_s: 5, metrics_port: 0}\n  interval_s: 7\n")
+    config = load_config(merged, env={})
+    assert config.collector.interval_s == 7 and config.collector.metrics_port == 0
+
+
+def test_null_in_a_variable_is_the_none_of_an_optional_setting(tmp_path: Path) -> None:
+    config = load_config(None, env={"REPLMON_COLLECTOR__METRICS_PORT": "null"})
+    assert config.collector.metrics_port is None
+    with pytest.raises(ReplmonError, match=re.escape("collector.interval_s (REPLMON_COLLECTOR__INTERVAL_S): ")):
+        load_config(None, env={"REPLMON_COLLECTOR__INTERVAL_S": "null"})
+
+
 def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
     with pytest.raises(ReplmonError, match="mapping"):
         load_config(write(tmp_path, "- a\n- b\n"), env={})

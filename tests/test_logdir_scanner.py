@@ -147,6 +147,22 @@ def test_unreadable_log_dir_does_not_stop_the_others(tmp_path: Path) -> None:
     assert explicit[0].error is None and explicit[0].broker_id == 9 and explicit[0].samples == []
 
 
+def test_a_broker_id_that_meta_properties_contradicts_is_refused(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """--broker-id is for a log dir without meta.properties: given for another broker's log dir, its replicas would
+    be reported as the wrong broker's (a lag, a lost leader, on the wrong host)."""
+    other = make_log_dir(tmp_path / "b3", node_id=3)
+    scans = scan_log_dirs([other], "c1", "a", 0, broker_id=1)
+    assert scans[0].samples == []
+    assert scans[0].error == (f"log dir {other} belongs to broker 3 (node.id in its meta.properties), not to "
+                              "--broker-id 1")
+    assert main(["agent", "--log-dir", str(other), "--broker-id", "1", "--once", "--output", "-"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.strip() == f"replmon: {scans[0].error}"
+    assert main(["agent", "--log-dir", str(other), "--broker-id", "3", "--once", "--output", "-"]) == 0
+    assert {json.loads(line)["broker_id"] for line in capsys.readouterr().out.splitlines()} == {3}
+
+
 def test_checkpoint_replaced_while_read(tmp_path: Path) -> None:
     """Kafka writes a checkpoint to a .tmp and renames it over the old one; a reader racing it always sees a
     whole file, old or new."""

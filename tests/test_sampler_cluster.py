@@ -304,6 +304,7 @@ def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
         "clusters": [
             {"name": "good", "bootstrap_servers": good, "topics": {"include": [topic_name, "no-such-topic"]}},
             {"name": "nowhere", "bootstrap_servers": "127.0.0.1:1"},
+            {"name": "typo", "bootstrap_servers": "no-such-host.invalid:9092"},
             {"name": "tls", "bootstrap_servers": good, "security": {"protocol": "SSL"}},
             {"name": "sasl", "bootstrap_servers": good, "security": {
                 "protocol": "SASL_PLAINTEXT", "sasl_mechanism": "SCRAM-SHA-256", "username": "u",
@@ -316,9 +317,12 @@ def test_bad_clusters_get_one_clear_line_each_and_the_good_one_is_served(
     done = run_collect(["--config", str(path), "--once", "--output", "-"])
     assert done.returncode == 1, done.stderr
     lines = done.stderr.strip().splitlines()
-    for name in ("nowhere", "tls", "sasl"):
+    for name in ("nowhere", "typo", "tls", "sasl"):
         assert len([line for line in lines if f"cluster {name}:" in line]) == 1, lines
-    assert "cannot connect" in next(line for line in lines if "cluster nowhere:" in line)
+    assert "127.0.0.1:1 (connection refused: nothing listens there)" in next(
+        line for line in lines if "cluster nowhere:" in line)
+    assert "host name 'no-such-host.invalid' does not resolve" in next(
+        line for line in lines if "cluster typo:" in line)
     tls_line = next(line for line in lines if "cluster tls:" in line)
     assert "TLS handshake" in tls_line and "security.protocol" in tls_line, tls_line
     assert "no-such-topic" in done.stderr and "matches no topic" in done.stderr

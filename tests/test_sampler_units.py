@@ -511,3 +511,24 @@ def test_a_call_unanswered_at_the_deadline_says_how_long_it_was_given() -> None:
     assert _describe_error(Errors.KafkaConnectionError("socket closed")) == "KafkaConnectionError: socket closed"
     assert _describe_error(ValueError("bad")) == "ValueError: bad"
     assert _describe_error(None) == "no answer"
+
+
+def test_an_unreachable_bootstrap_server_says_whether_its_name_resolves_or_nothing_listens() -> None:
+    """A typo in a host name and a broker that is down are different fixes: the line tells them apart."""
+    import socket
+
+    from replmon.core.kafka_diagnose import probe, unreachable
+
+    with socket.socket() as listening:
+        listening.bind(("127.0.0.1", 0))
+        listening.listen()
+        up = f"127.0.0.1:{listening.getsockname()[1]}"
+        with socket.socket() as bound:  # bound, never listening: the port refuses connections
+            bound.bind(("127.0.0.1", 0))
+            refused = f"127.0.0.1:{bound.getsockname()[1]}"
+            reachable, failures = probe([up, refused, "no-such-host.invalid:9092"])
+    assert reachable == [up] and list(failures) == [refused, "no-such-host.invalid:9092"]
+    assert failures[refused] == "connection refused: nothing listens there"
+    assert failures["no-such-host.invalid:9092"].startswith("host name 'no-such-host.invalid' does not resolve: ")
+    assert unreachable(failures) == ("cannot connect to any bootstrap server: " + "; ".join(
+        f"{server} ({why})" for server, why in failures.items()))

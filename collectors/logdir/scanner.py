@@ -73,6 +73,20 @@ def read_broker_id(log_dir: Path) -> int:
     return broker_id
 
 
+def broker_id_conflict(log_dir: Path, broker_id: int) -> str | None:
+    """Why ``log_dir`` is no log dir of broker ``broker_id`` (an ``--broker-id`` given): its meta.properties names
+    another node, whose replicas would be reported as this broker's. None when it names this one, or names none
+    (what ``--broker-id`` is for) or cannot be read (the scan says so)."""
+    try:
+        found = read_broker_id(log_dir)
+    except CheckpointError:
+        return None
+    if found == broker_id:
+        return None
+    return (f"log dir {log_dir} belongs to broker {found} (node.id in its {layout.META_PROPERTIES}), not to "
+            f"--broker-id {broker_id}")
+
+
 def read_root_checkpoints(log_dir: Path) -> RootCheckpoints:
     root = RootCheckpoints()
     for name in ROOT_CHECKPOINTS:
@@ -139,6 +153,9 @@ def scan_log_dir(log_dir: Path, ctx: ScanContext, broker_id: int | None = None,
         except CheckpointError as exc:
             scan.error = f"log dir {log_dir}: {exc}"
             return scan
+    elif conflict := broker_id_conflict(log_dir, scan.broker_id):
+        scan.error = conflict
+        return scan
     root = read_root_checkpoints(log_dir)
     for tp, path in replicas:
         try:

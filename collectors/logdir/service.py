@@ -19,7 +19,7 @@ from pathlib import Path
 
 from collectors.logdir.files import VerifiedBatches
 from collectors.logdir.metadata.tail import MetadataTail, TailRead, find_metadata_log
-from collectors.logdir.scanner import LogDirScan, read_broker_id, scan_log_dirs
+from collectors.logdir.scanner import LogDirScan, broker_id_conflict, read_broker_id, scan_log_dirs
 from replmon.core import console
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
@@ -101,6 +101,10 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
     from replmon.core import redact
 
     redact.install(config)
+    if broker_id is not None:  # a wrong id is a mistake to fix before any sample, not a disk to ride out
+        conflicts = [c for d in log_dirs if (c := broker_id_conflict(Path(d), broker_id)) is not None]
+        if conflicts:
+            raise ReplmonError("; ".join(conflicts))
     agent_id = f"{config.collector.collector_id or socket.gethostname()}/logdir-agent"
     from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
 

@@ -10,7 +10,6 @@ connection is counted (``on_request``).
 from __future__ import annotations
 
 import logging
-import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from kafka.net.selector import NetworkSelector
 
 from replmon.core.config import ClusterConfig
 from replmon.core.errors import ReplmonError, describe
-from replmon.core.kafka_diagnose import refusal
+from replmon.core.kafka_diagnose import probe, refusal, unreachable
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +82,9 @@ class ClusterClient:
     def connect(self, timeout_ms: int | None = None) -> None:
         """Bootstrap: one clear ReplmonError when the cluster cannot be reached or refuses us."""
         self.close()
-        if not self._reachable_servers():
-            raise ReplmonError(f"cluster {self.cluster.name}: cannot connect to any bootstrap server "
-                               f"{','.join(self.cluster.bootstrap_servers)} (nothing listens there or the network "
-                               f"refuses it)")
+        reachable, failures = probe(self.cluster.bootstrap_servers)
+        if not reachable:
+            raise ReplmonError(f"cluster {self.cluster.name}: {unreachable(failures)}")
         self._net = NetworkSelector(**self._config)
         self._net.start()
         self._manager = KafkaConnectionManager(self._net, **self._config)
@@ -125,24 +123,11 @@ class ClusterClient:
         if auth:
             return (f"authentication to {servers} failed ({describe(auth[0])}); check "
                     f"security.sasl_mechanism, username and password")
-        reachable = self._reachable_servers()
+        reachable, failures = probe(self.cluster.bootstrap_servers)
         if not reachable:
-            return (f"cannot connect to any bootstrap server {servers} (nothing listens there or the "
-                    f"network refuses it)")
+            return unreachable(failures)
         return (f"connected to {reachable[0]} but the Kafka handshake failed with security protocol {protocol} "
                 f"({type(exc).__name__}); check security.protocol and the credentials")
-
-    def _reachable_servers(self) -> list[str]:
-        """Bootstrap servers that accept a TCP connection."""
-        reachable = []
-        for server in self.cluster.bootstrap_servers:
-            host, _, port = server.rpartition(":")
-            try:
-                with socket.create_connection((host, int(port)), timeout=2):
-                    reachable.append(server)
-            except OSError as err:
-                log.debug("probe %s: %s", server, err)
-        return reachable
 
     # ------------------------------------------------------------------ metadata of the client
     def broker_ids(self) -> list[int]:

@@ -7,6 +7,7 @@ cause end as one clear line on stderr and exit status 2 (1 for failures of the m
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -76,9 +77,12 @@ def _events(args: argparse.Namespace) -> int:
             locations.normalize(args.history_dir)
         except ValueError as exc:
             raise ReplmonError(f"--history-dir: {exc}") from None
+    for option, value in (("--cluster", args.cluster), ("--topic", args.topic)):
+        if value is not None and not value.strip():  # an empty shell variable: it would match no event at all
+            raise ReplmonError(f"{option} takes a {option[2:]} name, not {value!r}")
     keep = EventFilter(cluster=args.cluster, topic=args.topic,
-                       type=event_type(args.event_type) if args.event_type else None,
-                       since_ms=int(parse_since(args.since).timestamp() * 1000) if args.since else None)
+                       type=event_type(args.event_type) if args.event_type is not None else None,
+                       since_ms=int(parse_since(args.since).timestamp() * 1000) if args.since is not None else None)
     config = load_config(args.config) if source == "history" else stream_config(args.config, args.cluster_dir)
     return events(config, source=source, history_dir=args.history_dir, keep=keep, follow=args.follow,
                   as_json=args.json)
@@ -263,6 +267,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(dashed_values(sys.argv[1:] if argv is None else argv))
     try:
+        if any(name.upper().startswith("REPLMON_") for name in os.environ):  # spares --help the import otherwise
+            from replmon.core.config import misspelt_variables
+
+            if problems := misspelt_variables(os.environ):
+                raise ReplmonError("; ".join(problems))
         result: int = args.handler(args)
         return result
     except ReplmonError as exc:

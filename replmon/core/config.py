@@ -343,8 +343,10 @@ ENV_NESTED = "__"
 class ReplmonConfig(BaseSettings):
     # nested_model_default_partial_update: a section given as a model instance (a configuration built in code) is
     # merged with its environment overrides key by key, as a YAML mapping is, not replaced by them
+    # env_parse_none_str: "null" in a variable is the YAML null, the documented "none" of optional settings
+    # (REPLMON_COLLECTOR__METRICS_PORT=null serves no /metrics)
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_NESTED, extra="forbid",
-                                      nested_model_default_partial_update=True)
+                                      nested_model_default_partial_update=True, env_parse_none_str="null")
 
     clusters: list[ClusterConfig] = []
     collector: CollectorConfig = CollectorConfig()
@@ -402,7 +404,7 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
     if path is not None:
         p = Path(path).expanduser()
         try:
-            loaded = yaml.safe_load(_config_text(p))
+            loaded = yaml.load(_config_text(p), Loader=_UniqueKeyLoader)
         except yaml.YAMLError as exc:
             raise ReplmonError(f"config file {p} is not valid YAML: {yaml_problem(exc)}") from exc
         if loaded is None:
@@ -414,6 +416,7 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
     overrides = env_overrides(environ)
     unknown = [f"{name} names no setting: {why}" for name, path in overrides.items()
                if (why := _no_setting(ReplmonConfig, path)) is not None and ENV_NESTED in name]
+    unknown += misspelt_variables(environ)
     if unknown:
         raise ReplmonError("; ".join(unknown))
     saved = None
@@ -435,6 +438,48 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
         if saved is not None:
             os.environ.clear()
             os.environ.update(saved)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last without a word:
+    half of what the operator wrote would be lost)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # '<<: *defaults' may be overridden key by key, as YAML means it
+            key = self.construct_object(key_node, deep=True)
+            try:
+                line = first.setdefault(key, key_node.start_mark.line)
+            except TypeError:
+                continue  # an unhashable key: the base class says so
+            if line != key_node.start_mark.line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} given twice (first on line {line + 1})", key_node.start_mark)
+        return super().construct_mapping(node, deep)
+
+
+OTHER_VARIABLES = ("REPLMON_STATE_DIR", "REPLMON_CACHE_DIR", "REPLMON_MAVEN_REPOSITORY", "REPLMON_DEBUG",
+                   "REPLMON_DEMO_FAST", "REPLMON_ENTRYPOINT_DRY_RUN", "REPLMON_SPARKCLUSTER_WORKER")
+"""The ``REPLMON_`` variables that are not settings: where state and downloads go, logging, the demo's pace, the
+container's entry point and the test bed's workers."""
+
+
+def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
+    """A ``REPLMON_`` variable that is neither a setting nor one of :data:`OTHER_VARIABLES` but close to one of
+    them (``REPLMON_STATEDIR``): ignored, it would leave the operator's intent undone without a word. A variable
+    close to none is another tool's and left alone."""
+    known = [*OTHER_VARIABLES, *(ENV_PREFIX + s.upper() for s in ReplmonConfig.model_fields)]
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or ENV_NESTED in name or upper in known:
+            continue
+        close = difflib.get_close_matches(upper, known, n=1, cutoff=0.85)
+        if close:
+            problems.append(f"{name} is no replmon variable (did you mean {close[0]}?)")
+    return problems
 
 
 def _config_text(p: Path) -> str:

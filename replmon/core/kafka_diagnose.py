@@ -18,19 +18,36 @@ from replmon.core.config import SecurityConfig
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0
+CONNECT_TIMEOUT_S = 2.0
 
 
-def reachable(servers: Sequence[str], timeout_s: float = 2.0) -> list[str]:
-    """Bootstrap servers that accept a TCP connection."""
-    out = []
+def probe(servers: Sequence[str]) -> tuple[list[str], dict[str, str]]:
+    """The bootstrap servers that accept a TCP connection, and why each other one does not, in an operator's
+    words: a host name that does not resolve (a typo, DNS) is told apart from a port where nothing listens and
+    from a host that does not answer (down, or a firewall dropping the connection)."""
+    reachable, failures = [], {}
     for server in servers:
         host, _, port = server.rpartition(":")
         try:
-            with socket.create_connection((host, int(port)), timeout=timeout_s):
-                out.append(server)
-        except (OSError, ValueError) as err:
-            log.debug("probe %s: %s", server, err)
-    return out
+            with socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S):
+                reachable.append(server)
+        except socket.gaierror as err:
+            failures[server] = f"host name {host!r} does not resolve: {err.strerror}"
+        except ConnectionRefusedError:
+            failures[server] = "connection refused: nothing listens there"
+        except TimeoutError:
+            failures[server] = (f"no answer within {CONNECT_TIMEOUT_S:g} s: the host is down or a firewall drops the "
+                                "connection")
+        except OSError as err:
+            failures[server] = err.strerror or str(err)
+        except ValueError:
+            failures[server] = "not host:port"
+    return reachable, failures
+
+
+def unreachable(failures: dict[str, str]) -> str:
+    """One line for a cluster none of whose bootstrap servers accepts a connection (``failures`` of :func:`probe`)."""
+    return "cannot connect to any bootstrap server: " + "; ".join(f"{s} ({why})" for s, why in failures.items())
 
 
 def tls_context(security: SecurityConfig) -> ssl.SSLContext:
@@ -132,7 +149,7 @@ async def _close(manager: Any) -> None:
 def refusal(servers: Sequence[str], security: SecurityConfig) -> str | None:
     """Why the cluster at ``servers`` refuses this client (TLS, then SASL), or None when nothing answers or
     nothing can be blamed on the client's settings."""
-    up = reachable(servers)
+    up, _ = probe(servers)
     if not up:
         return None
     return tls_problem(up[0], security) or sasl_problem(up[0], security)
