@@ -256,11 +256,18 @@ def overview() -> Built:
                  (f"sum by (cluster) (replmon_cluster_under_min_isr_partitions{{{c}}})", "{{cluster}} under min ISR"),
                  (f"sum by (cluster) (replmon_cluster_at_min_isr_partitions{{{c}}})", "{{cluster}} at min ISR"),
                  (f"sum by (cluster) (replmon_cluster_offline_partitions{{{c}}})", "{{cluster}} offline"),
-             ], description="Partition counts from the job's cluster aggregates (always exported).", stepped=True))
+             ], description="Partition counts from the job's cluster aggregates (always exported).", stepped=True,
+                 w=8))
              .with_panel(ts_panel("HW stalled and stale partitions", [
                  (f"sum by (cluster) (replmon_cluster_hw_stalled_partitions{{{c}}})", "{{cluster}} HW stalled"),
                  (f"sum by (cluster) (replmon_cluster_stale_partitions{{{c}}})", "{{cluster}} stale"),
-             ], description="HW stalled: LEO grows while the HW does not. Stale: no recent sample.", stepped=True))
+             ], description="HW stalled: LEO grows while the HW does not. Stale: no recent sample.", stepped=True,
+                 w=8))
+             .with_panel(ts_panel("Reassignments in flight", [
+                 (f"sum by (cluster) (replmon_cluster_reassigning_partitions{{{c}}})", "{{cluster}} reassigning"),
+             ], description="Partitions a reassignment is moving. The replicas it adds copy the log: neither "
+                 "under-replicated nor in the brokers' max replica lag while they copy; their own lag stays in "
+                 "replmon_replica_lag_messages, with replmon_replica_adding 1.", stepped=True, w=8))
              .with_panel(table_panel("Topics now", [
                  (f"sum by (cluster, topic) (replmon_topic_partitions{{{c}}})", "partitions"),
                  (f"sum by (cluster, topic) (replmon_topic_under_replicated_partitions{{{c}}})", "under-replicated"),
@@ -365,7 +372,8 @@ def brokers() -> Built:
                                   stepped=True))
              .with_panel(ts_panel("Max replica lag", [(f"replmon_broker_max_replica_lag_messages{{{cb}}}", legend)],
                                   description="Largest follower lag (leader LEO - replica LEO) among the broker's "
-                                  "replicas, in messages."))
+                                  "replicas, in messages; a replica a reassignment is adding (copying the log) is "
+                                  "left out."))
              .with_panel(ts_panel("Max time lag of in-sync followers", [
                  (f"replmon_broker_max_in_sync_replica_lag_seconds{{{cb}}}", legend)],
                  description="How long the broker's most lagging follower still in the ISR has not caught up with "

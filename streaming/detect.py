@@ -132,10 +132,16 @@ class PartitionMetrics(NamedTuple):
     hw_lag: int | None
     """max(0, leader LEO - HW); None when either is unknown."""
     max_follower_lag: int | None
+    """The largest of the followers' lags, the replicas a reassignment in flight is adding left out (they copy the
+    log from its start: their lag is the copy's progress, not a follower falling behind); None when none is
+    known."""
     health: Health
+    """The partition's rank for the series budget: its worst condition; LAGGING by the HW lag and
+    :attr:`max_follower_lag`, so a reassignment's copy alone leaves a partition HEALTHY."""
     follower_lag: dict[int, int | None]
     """Follower broker -> max(0, leader LEO - its LEO); for a follower that did not answer, its last LEO read (a
-    dead or paused follower's lag keeps growing as the leader appends); None when either was never read."""
+    dead or paused follower's lag keeps growing as the leader appends); None when either was never read. A replica
+    being added is here too (its copy's progress)."""
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     hw_stalled: bool
@@ -149,6 +155,12 @@ class PartitionMetrics(NamedTuple):
     samples of the leader's LEO): Kafka drops a follower from the ISR when it has not caught up for
     replica.lag.time.max.ms. 0 when caught up; for a follower behind everything remembered, the age of the oldest
     reading (a lower bound); None when either LEO was never read."""
+    adding_replicas: tuple[int, ...]
+    """The replicas a reassignment in flight is adding (Kafka's ListPartitionReassignments, or the metadata log's
+    records): they copy the log and are left out of :attr:`max_follower_lag` and the health. Empty when none, or
+    when the samples do not tell (refused, an older collector)."""
+    reassigning: bool
+    """A reassignment of the partition is in flight: it has replicas being added or removed."""
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -489,6 +501,7 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
     leader = m.leader
     leos = st.log_end_offsets
     leader_leo = leos.get(leader)
+    adding = m.adding_replicas
     follower_lag: dict[int, int | None] = {}
     time_lag: dict[int, int | None] = {}
     max_lag: int | None = None
@@ -504,7 +517,8 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         lag = leader_leo - leo if leader_leo > leo else 0
         follower_lag[broker] = lag
         time_lag[broker] = _time_lag_ms(st.leader_log_end_history, st.sample_time_ms, leader_leo, leo)
-        if max_lag is None or lag > max_lag:
+        # a replica being added copies the log from its start: its lag is no follower falling behind
+        if (max_lag is None or lag > max_lag) and broker not in adding:
             max_lag = lag
     hw = st.high_watermark
     hw_lag = None if hw is None or leader_leo is None else (leader_leo - hw if leader_leo > hw else 0)
@@ -536,7 +550,8 @@ def metrics_of(st: PartitionState) -> PartitionMetrics:
         high_watermark=hw, log_end_offset=leader_leo, log_start_offset=st.log_start_offset, hw_lag=hw_lag,
         max_follower_lag=max_lag, health=health, follower_lag=follower_lag, isr=m.isr, replicas=m.replicas,
         hw_stalled=st.hw_stalled, stale=st.stale, elr=m.elr or (), last_known_elr=m.last_known_elr or (),
-        follower_time_lag_ms=time_lag,
+        follower_time_lag_ms=time_lag, adding_replicas=adding,
+        reassigning=bool(adding or m.removing_replicas),
     )
 
 

@@ -41,6 +41,7 @@ PARTITION_GAUGES = {
     "replmon_partition_high_watermark": "high_watermark",
     "replmon_partition_log_end_offset": "log_end_offset",
     "replmon_partition_hw_lag_messages": "hw_lag",
+    "replmon_partition_reassigning": "reassigning",
 }
 
 
@@ -65,6 +66,7 @@ def aggregate_families(aggregates: Partials) -> list[Metric]:
         fams["replmon_cluster_hw_stalled_partitions"].add_metric(labels, row.hw_stalled)
         fams["replmon_cluster_stale_partitions"].add_metric(labels, row.stale)
         fams["replmon_cluster_last_sample_timestamp_seconds"].add_metric(labels, row.last_sample_time_ms / 1000.0)
+        fams["replmon_cluster_reassigning_partitions"].add_metric(labels, row.reassigning)
     for row in aggregates.topics.itertuples(index=False):
         labels = [str(row.cluster), str(row.topic)]
         fams["replmon_topic_partitions"].add_metric(labels, row.partitions)
@@ -96,6 +98,7 @@ def partition_families(table: pd.DataFrame) -> list[Metric]:
         in_isr = set(row.isr if row.isr is not None else ())
         in_elr = set(row.elr if row.elr is not None else ())
         in_last_known_elr = set(row.last_known_elr if row.last_known_elr is not None else ())
+        adding = set(row.adding_replicas if row.adding_replicas is not None else ())
         lags = dict(row.follower_lag) if row.follower_lag is not None else {}
         time_lags = dict(row.follower_time_lag_ms) if row.follower_time_lag_ms is not None else {}
         for broker in row.replicas if row.replicas is not None else ():
@@ -103,6 +106,7 @@ def partition_families(table: pd.DataFrame) -> list[Metric]:
             fams["replmon_replica_in_isr"].add_metric(replica, float(broker in in_isr))
             fams["replmon_replica_in_elr"].add_metric(replica, float(broker in in_elr))
             fams["replmon_replica_in_last_known_elr"].add_metric(replica, float(broker in in_last_known_elr))
+            fams["replmon_replica_adding"].add_metric(replica, float(broker in adding))
             if broker == row.leader:
                 fams["replmon_replica_lag_messages"].add_metric(replica, 0.0)
                 fams["replmon_replica_lag_seconds"].add_metric(replica, 0.0)

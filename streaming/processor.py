@@ -186,7 +186,7 @@ def partition_row(m: PartitionMetrics, history: bool = True) -> dict[str, Any]:
     row: dict[str, Any] = m._asdict()
     row.update(kind=KIND_PARTITION, history=history, health=int(m.health), isr=list(m.isr),
                replicas=list(m.replicas),
-               elr=list(m.elr), last_known_elr=list(m.last_known_elr),
+               elr=list(m.elr), last_known_elr=list(m.last_known_elr), adding_replicas=list(m.adding_replicas),
                follower_lag={b: lag for b, lag in m.follower_lag.items() if lag is not None},
                follower_time_lag_ms={b: lag for b, lag in m.follower_time_lag_ms.items() if lag is not None})
     return row

@@ -45,12 +45,17 @@ NULL = np.iinfo(np.int64).min
 """An unknown lag in an integer column."""
 _INT_COLUMNS = ("cluster_code", "topic_code", "partition", "sample_time_ms", "leader", "health", "hw_lag",
                 "max_follower_lag")
-FLAGS = ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale")
+FLAGS = ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale", "reassigning")
 _BOOL_COLUMNS = (*FLAGS, "served")
-MATRIX_COLUMNS = ("replica", "in_isr", "lag", "isr_time_lag_ms")
-"""The served columns' matrices, each with a slot per replica."""
+MATRIX_COLUMNS = ("replica", "in_isr", "lag", "isr_time_lag_ms", "adding")
+"""The served columns' matrices, each with a slot per replica: its broker, whether it is in the ISR, its lag, its
+time lag while in the ISR, whether a reassignment in flight is adding it (copying the log)."""
 SERVED_COLUMNS = (*_INT_COLUMNS, *_BOOL_COLUMNS, *MATRIX_COLUMNS)
 """Every column, in the order the state store keeps them (:func:`streaming.table.pack`)."""
+ADDED_COLUMNS = ("reassigning", "adding")
+"""The columns a bucket stored in a state format before 5 lacks: it loads them false (no reassignment known until
+its partitions' next metrics)."""
+_BOOL_MATRICES = ("in_isr", "adding")
 
 RANK = ["health", "_lag", "cluster", "topic", "partition"]
 RANK_ASCENDING = [True, False, True, True, True]
@@ -120,7 +125,7 @@ def _flags(values: Iterable[Any]) -> Bools:
 
 
 RECORDED = ("cluster", "topic", "partition", "sample_time_ms", "leader", "health", "hw_lag", "max_follower_lag",
-            *FLAGS, "replicas", "isr", "follower_lag", "follower_time_lag_ms")
+            *FLAGS, "replicas", "isr", "follower_lag", "follower_time_lag_ms", "adding_replicas")
 """The metrics :meth:`ServedColumns.record` reads."""
 
 
@@ -146,8 +151,8 @@ class ServedColumns:
     def empty(cls) -> ServedColumns:
         columns: dict[str, np.ndarray] = {name: np.zeros(0, np.int64) for name in _INT_COLUMNS}
         columns.update({name: np.zeros(0, np.bool_) for name in _BOOL_COLUMNS})
-        columns.update({name: np.zeros((0, 1), np.int64) for name in MATRIX_COLUMNS})
-        columns["in_isr"] = np.zeros((0, 1), np.bool_)
+        columns.update({name: np.zeros((0, 1), np.bool_ if name in _BOOL_MATRICES else np.int64)
+                        for name in MATRIX_COLUMNS})
         return cls([], columns)
 
     def __post_init__(self) -> None:
@@ -237,6 +242,7 @@ class ServedColumns:
         keys_ = _pair_keys(of, replica)
         isr, isr_of = flat(metrics["isr"])
         in_isr = _lookup(keys_, _pair_keys(isr_of, isr), np.ones(len(isr), np.int64)) == 1
+        adding, adding_of = flat(metrics["adding_replicas"])
         lag_brokers, lags, lag_of = flat_map(metrics["follower_lag"])
         time_brokers, time_lags, time_of = flat_map(metrics["follower_time_lag_ms"])
         at = rows[of]
@@ -245,6 +251,7 @@ class ServedColumns:
         c["lag"][at, slot] = _lookup(keys_, _pair_keys(lag_of, lag_brokers), lags)
         c["isr_time_lag_ms"][at, slot] = np.where(
             in_isr, _lookup(keys_, _pair_keys(time_of, time_brokers), time_lags), 0)
+        c["adding"][at, slot] = _lookup(keys_, _pair_keys(adding_of, adding), np.ones(len(adding), np.int64)) == 1
         return rows
 
     def record_steady(self, steady: dict[str, Any]) -> Ints:
@@ -269,7 +276,7 @@ class ServedColumns:
         isr = steady["isr"]  # an Arrow list array
         for k in np.flatnonzero(np.asarray(steady["isr_size"]) < np.asarray(steady["replica_count"])).tolist():
             in_isr[k] = np.isin(brokers[k], isr[k].as_py()) & valid[k]
-        for name in MATRIX_COLUMNS:
+        for name in MATRIX_COLUMNS:  # "adding" stays false: a steady partition has no reassignment in flight
             c[name][rows] = -1 if name == "replica" else 0
         c["replica"][rows, :width] = brokers
         c["in_isr"][rows, :width] = in_isr
@@ -341,10 +348,10 @@ BROKER_MAXES = ("max_lag", "max_isr_lag_ms")
 
 @dataclass
 class Partials:
-    """Aggregates over some partitions, a frame per scope: ``clusters`` (cluster; counts, newest sample time),
-    ``topics`` (cluster, topic; counts, largest HW lag, NaN when none known) and ``brokers`` (cluster, broker;
-    replicas, partitions led, replicas out of the ISR, largest replica lag, largest lag in seconds of an in-sync
-    replica, in ms)."""
+    """Aggregates over some partitions, a frame per scope: ``clusters`` (cluster; counts, reassignments in flight
+    among them, newest sample time), ``topics`` (cluster, topic; counts, largest HW lag, NaN when none known) and
+    ``brokers`` (cluster, broker; replicas, partitions led, replicas out of the ISR, largest lag of a replica not
+    being added by a reassignment, largest lag in seconds of an in-sync replica, in ms)."""
 
     clusters: pd.DataFrame
     topics: pd.DataFrame
@@ -417,7 +424,9 @@ def _partial_columns(served: ServedColumns) -> dict[str, dict[str, np.ndarray]]:
                               {"replicas": np.ones(len(replica), np.int64),
                                "leaders": (c["leader"][row] == replica).astype(np.int64),
                                "out_of_isr": (~c["in_isr"][valid]).astype(np.int64)},
-                              {"max_lag": c["lag"][valid], "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
+                              # a replica being added copies the log: its lag is no follower falling behind
+                              {"max_lag": np.where(c["adding"][valid], 0, c["lag"][valid]),
+                               "max_isr_lag_ms": c["isr_time_lag_ms"][valid]})
     brokers = {"cluster": names[codes >> 32], "broker": (codes & 0xFFFFFFFF).astype(np.int32).astype(np.int64),
                **columns}
     return {"clusters": clusters, "topics": topics, "brokers": brokers}

@@ -612,6 +612,9 @@ def steady_metrics(columns: SteadyColumns, batch: SteadyBatch) -> dict[str, Any]
         "isr": lists["isr"], "replicas": lists["replicas"],
         "hw_stalled": c["hw_stalled"][rows], "stale": c["stale"][rows],
         "elr": _none_empty(lists["elr"]), "last_known_elr": _none_empty(lists["last_known_elr"]),
-        "follower_time_lag_ms": by_follower(time_lag), "history": batch.history,
+        "follower_time_lag_ms": by_follower(time_lag),
+        # steady_form holds no reassignment in flight: nothing being added
+        "adding_replicas": pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.int64())),
+        "reassigning": np.zeros(n, np.bool_), "history": batch.history,
         MATRICES: (brokers, np.where(followers, lag, 0), time_lag),
     }

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from replmon.core.errors import ReplmonError
 from streaming.detect import LEO_HISTORY_LENGTH
-from streaming.serving import MATRIX_COLUMNS, SERVED_COLUMNS, ServedColumns
+from streaming.serving import ADDED_COLUMNS, MATRIX_COLUMNS, SERVED_COLUMNS, ServedColumns
 from streaming.state import NO_SAMPLE, BucketValue, PartitionKey, PartitionState, dump_state, load_state
 from streaming.steady import COLUMNS, SLOTTED_COLUMNS, SteadyColumns, steady_form
 
@@ -227,17 +227,19 @@ class ColumnarTable(_Table):
 
 STATE_MAGIC = b"RPL"
 """The first bytes of a bucket value (:func:`pack`), before its format version (one byte)."""
-STATE_VERSION = 4
+STATE_VERSION = 5
 """The format :func:`pack` writes: the packed states (a map of pickled states), the steady columns (the names
 they refer to, the pickled metas, the arrays at their narrowest integer type one after the other in the order of
 :data:`streaming.steady.COLUMNS`), the served columns (their names, the arrays the same way in the order of
 :data:`streaming.serving.SERVED_COLUMNS`, the run they were last sent to and how many times) and the clusters the
 bucket heard of (:attr:`ColumnarTable.heard`), pickled together and LZ4-compressed (the size in 8 bytes, then
-Arrow's LZ4 frame). Version 3: the same without the clusters heard of; it loads with none (the read stage tells
-every bucket again within a micro-batch). Version 2: the same without the served
-columns; it loads with none (a partition joins them with its next metrics; the bucket tells the driver its
-candidates whole then, as to a new run). Version 1: the map of pickled states alone, the same way; it loads with
-no steady columns either (a partition joins them when its next sample reaches it)."""
+Arrow's LZ4 frame). Version 4: the same without the served columns of reassignments
+(:data:`streaming.serving.ADDED_COLUMNS`: which partitions are reassigning, which replicas are being added); it
+loads them false, and each partition's next metrics tell them. Version 3: the same without the clusters heard of
+either; it loads with none (the read stage tells every bucket again within a micro-batch). Version 2: the same
+without the served columns; it loads with none (a partition joins them with its next metrics; the bucket tells
+the driver its candidates whole then, as to a new run). Version 1: the map of pickled states alone, the same way;
+it loads with no steady columns either (a partition joins them when its next sample reaches it)."""
 LEGACY_LZ4 = b"LZ4\x00"
 """The first bytes of a bucket value written before the format had a version: the same layout as version 1."""
 _SIZE = 8
@@ -291,7 +293,7 @@ def unpack(value: bytes | None) -> ColumnarTable:
         return ColumnarTable()
     if value.startswith(STATE_MAGIC):
         version = value[len(STATE_MAGIC)]
-        if version not in (1, 2, 3, STATE_VERSION):
+        if version not in (1, 2, 3, 4, STATE_VERSION):
             raise StateVersionError(f"a state bucket value of format version {version}: this replmon reads version "
                                     f"{STATE_VERSION} (and the formats before it); run the replmon that wrote the "
                                     "checkpoint, or a newer one")
@@ -302,8 +304,8 @@ def unpack(value: bytes | None) -> ColumnarTable:
             heard: dict[str, int] = {}
             if rest:
                 served_names, served_layout, served_data, run, sent, *more = rest
-                served = ServedColumns(served_names, _columns(served_layout, served_data, SERVED_COLUMNS,
-                                                              _served_widths(served_layout[1])), run, sent)
+                served = ServedColumns(served_names, _served_columns(served_layout, served_data, version), run,
+                                       sent)
                 if more:
                     (heard,) = more
             return ColumnarTable(PackedTable(packed), SteadyColumns(names, metas, _columns(
@@ -336,6 +338,19 @@ def _steady_widths(slots: int) -> dict[str, int]:
 
 def _served_widths(slots: int) -> dict[str, int]:
     return dict.fromkeys(MATRIX_COLUMNS, slots)
+
+
+def _served_columns(layout: tuple[int, int, str], data: bytes, version: int) -> dict[str, np.ndarray]:
+    """The served columns :func:`pack` wrote in format ``version``; those the format lacks
+    (:data:`streaming.serving.ADDED_COLUMNS`, before version 5), false."""
+    if version >= 5:
+        return _columns(layout, data, SERVED_COLUMNS, _served_widths(layout[1]))
+    rows, slots, _dtypes = layout
+    written = tuple(name for name in SERVED_COLUMNS if name not in ADDED_COLUMNS)
+    columns = _columns(layout, data, written, _served_widths(slots))
+    for name in ADDED_COLUMNS:
+        columns[name] = np.zeros((rows, slots) if name in MATRIX_COLUMNS else rows, np.bool_)
+    return {name: columns[name] for name in SERVED_COLUMNS}
 
 
 def _columns(layout: tuple[int, int, str], data: bytes, names: tuple[str, ...], widths: dict[str, int]

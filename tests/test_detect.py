@@ -561,9 +561,10 @@ def test_a_reassignment_is_two_replicas_changes_no_shrink_and_no_under_replicate
     assert (change.replicas, change.previous_replicas) == ([1, 2, 3, 4], [1, 2, 3])
     assert (change.adding_replicas, change.removing_replicas) == ([4], [3])
     assert "added [4]" in change.message and "adding [4], removing [3]" in change.message
-    assert feed.metrics is not None
-    assert (feed.metrics.under_replicated, feed.metrics.health) == (False, Health.LAGGING)
+    assert feed.metrics is not None  # the new replica copies the log: not under-replicated, not lagging
+    assert (feed.metrics.under_replicated, feed.metrics.health) == (False, Health.HEALTHY)
     assert feed.metrics.follower_lag[4] == 100  # the new replica is behind, as it is
+    assert (feed.metrics.reassigning, feed.metrics.adding_replicas) == (True, (4,))
     joined = feed.partition(sample(3, replicas=[1, 2, 3, 4], leos={b: 100 for b in (1, 2, 3, 4)},
                                    reassigning=([4], [3])))
     assert types(joined) == [EventType.ISR_EXPAND] and joined[0].brokers == [4]
@@ -573,7 +574,43 @@ def test_a_reassignment_is_two_replicas_changes_no_shrink_and_no_under_replicate
         EventType.REPLICAS_CHANGE, [3], [1, 2, 4], [1, 2, 3, 4])
     assert (end.adding_replicas, end.removing_replicas) == ([], []) and "removed [3]" in end.message
     assert (feed.metrics.under_replicated, feed.metrics.health) == (False, Health.HEALTHY)
+    assert (feed.metrics.reassigning, feed.metrics.adding_replicas) == (False, ())
     assert feed.of(EventType.ISR_SHRINK) == [] and feed.of(EventType.ISR_FLAPPING) == []
+
+
+def test_a_replica_being_added_far_behind_is_no_lagging_follower_and_its_lag_stays_its_own() -> None:
+    """A throttled move copies the whole log to the replica being added: its lag is the copy's progress. It stays in
+    ``follower_lag`` (its own series) and out of ``max_follower_lag`` and the health; a follower that is not being
+    added still counts, and the copy counts again once nothing tells it is one (or the move is done)."""
+    feed = Feed()
+    leos = {1: 90_000, 2: 90_000, 3: 90_000, 4: 12}
+    feed.partition(sample(1, replicas=[1, 2, 3, 4], isr=[1, 2, 3], hw=90_000, leos=leos, reassigning=([4], [3])))
+    m = feed.metrics
+    assert m is not None
+    assert (m.follower_lag, m.max_follower_lag, m.health) == ({2: 0, 3: 0, 4: 89_988}, 0, Health.HEALTHY)
+    assert (m.adding_replicas, m.reassigning, m.under_replicated) == ((4,), True, False)
+    # a follower that is not being added falls behind: that one lags, the copy still does not count
+    feed.partition(sample(2, replicas=[1, 2, 3, 4], isr=[1, 2, 3], hw=90_050,
+                          leos={1: 90_100, 2: 90_050, 3: 90_100, 4: 40}, reassigning=([4], [3])))
+    m = feed.metrics
+    assert m is not None and (m.max_follower_lag, m.health, m.follower_lag[4]) == (50, Health.LAGGING, 90_060)
+    # the only follower is the copy (a replication factor raised from 1 to 2): no follower lag to count
+    lone = Feed()
+    lone.partition(sample(1, replicas=[1, 4], isr=[1], min_isr=None, leos={1: 500, 4: 0}, hw=500,
+                          reassigning=([4], [])))
+    m = lone.metrics
+    assert m is not None and (m.max_follower_lag, m.health, m.follower_lag) == (None, Health.HEALTHY, {4: 500})
+    # replicas being removed alone (the copy caught up and the move not yet completed): still reassigning
+    feed.partition(sample(3, replicas=[1, 2, 3, 4], isr=[1, 2, 3, 4], hw=90_200,
+                          leos=dict.fromkeys((1, 2, 3, 4), 90_200), reassigning=((), [3])))
+    m = feed.metrics
+    assert m is not None and (m.adding_replicas, m.reassigning, m.health) == ((), True, Health.HEALTHY)
+    # replicas Kafka's metadata alone shows (nothing tells a move): a replica behind is a lagging follower
+    plain = Feed()
+    plain.partition(sample(1, replicas=[1, 2, 3, 4], isr=[1, 2, 3], hw=90_000, leos=leos))
+    m = plain.metrics
+    assert m is not None and (m.max_follower_lag, m.health, m.reassigning) == (89_988, Health.UNDER_REPLICATED,
+                                                                                  False)
 
 
 def test_a_replica_of_a_reassignment_in_flight_that_leaves_the_isr_is_a_shrink() -> None:

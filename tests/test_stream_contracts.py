@@ -52,6 +52,7 @@ WRITTEN_SCHEMA = StructType([
     # added at the end: history files written before them lack the columns
     StructField("elr", ArrayType(LongType()), True), StructField("last_known_elr", ArrayType(LongType()), True),
     StructField("follower_time_lag_ms", MapType(LongType(), LongType()), True),
+    StructField("adding_replicas", ArrayType(LongType()), True), StructField("reassigning", BooleanType(), True),
     # after the metrics: not a metric, not in the history files
     StructField("history", BooleanType(), True), StructField("served", BooleanType(), True),
     StructField("served_rows", BinaryType(), True),

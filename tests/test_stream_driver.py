@@ -238,7 +238,7 @@ def metrics_rows(n: int, unhealthy: set[int]) -> pd.DataFrame:
                      "replicas": [1, 2, 3], "hw_stalled": False, "stale": False,
                      "elr": [3] if bad else [], "last_known_elr": [],
                      "follower_time_lag_ms": {2: 1_500 if p == 0 else 0, 3: 12_500 if bad else 0},
-                     "history": True})
+                     "adding_replicas": [], "reassigning": False, "history": True})
     return pd.DataFrame(rows)
 
 
@@ -298,6 +298,35 @@ def test_exporter_budget_aggregates_and_counters_over_http() -> None:
     after = scrape(port, timeout_s=10)
     assert after["replmon_cluster_under_replicated_partitions"] == [({"cluster": "c"}, 1.0)]
     assert {labels["partition"] for labels, _ in after["replmon_partition_isr_size"]} == {"0", "1", "8"}
+
+
+def test_a_reassignment_s_copy_is_its_replica_s_lag_and_not_its_broker_s_max_lag() -> None:
+    """Partition 1 moves from broker 3 to broker 4 (adding 4, far behind, copying; removing 3), partition 2 has only
+    a replica being removed left; partition 0's follower on broker 3 lags. The copy's lag is its replica's series,
+    marked as being added; its broker's largest replica lag leaves it out; both partitions count as reassigning."""
+    rows = metrics_rows(3, unhealthy={0})
+    moving = {"replicas": [1, 2, 3, 4], "replica_count": 4, "isr": [1, 2, 3], "isr_size": 3,
+              "follower_lag": {2: 0, 3: 0, 4: 50_000}, "follower_time_lag_ms": {2: 0, 3: 0, 4: 600_000},
+              "max_follower_lag": 0, "adding_replicas": [4], "reassigning": True}
+    for name, value in moving.items():
+        rows.at[1, name] = value
+    rows.at[2, "reassigning"] = True
+    exporter = JobExporter(series_budget=100)
+    feed(exporter, rows)
+    m: dict[str, dict[tuple[str, ...], float]] = {}
+    for family in exporter.collect():
+        for sample in family.samples:
+            m.setdefault(sample.name, {})[tuple(sample.labels.get(k, "") for k in ("partition", "broker"))] = \
+                sample.value
+    assert m["replmon_partition_reassigning"] == {("0", ""): 0.0, ("1", ""): 1.0, ("2", ""): 1.0}
+    assert m["replmon_cluster_reassigning_partitions"] == {("", ""): 2.0}
+    assert {key: v for key, v in m["replmon_replica_adding"].items() if v} == {("1", "4"): 1.0}
+    assert len(m["replmon_replica_adding"]) == 3 + 4 + 3  # every replica's, 0 unless being added
+    assert m["replmon_replica_lag_messages"][("1", "4")] == 50_000.0  # the copy's progress, as it is
+    assert m["replmon_replica_lag_seconds"][("1", "4")] == 600.0
+    max_lag = {broker: v for (_p, broker), v in m["replmon_broker_max_replica_lag_messages"].items()}
+    assert max_lag == {"1": 0.0, "2": 0.0, "3": 7.0, "4": 0.0}  # broker 4 hosts only the copy
+    assert m["replmon_broker_replicas"][("", "4")] == 1.0 and m["replmon_broker_out_of_isr_replicas"][("", "4")] == 1
 
 
 def test_the_exporter_keeps_the_newest_row_of_each_partition_batch_after_batch() -> None:

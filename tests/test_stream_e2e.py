@@ -175,9 +175,12 @@ def test_a_reassignment_is_two_replicas_changes_and_no_shrink_nor_under_replicat
     """The partition moves from brokers [1, 2] to [1, 3] under a replication throttle, the producer writing
     throughout. While Kafka's controller lists the move in flight (broker 3 added, outside the ISR, copying; broker
     2 to be removed), the job shows its three replicas, two in sync, and not under-replicated: Kafka's own count
-    leaves out the replicas being added. Its REPLICAS_CHANGE names the move as the controller lists it. Once the
-    throttle is lifted and Kafka has completed the move, a second REPLICAS_CHANGE gives Kafka's new replicas;
-    broker 3 joined the ISR (ISR_EXPAND) and broker 2, removed, is no ISR_SHRINK."""
+    leaves out the replicas being added. It shows the move in flight (the partition reassigning, counted in the
+    cluster's reassigning partitions; broker 3's replica being added, the others not) and the copy as broker 3's
+    replica lag alone: broker 3's largest replica lag, what ReplmonReplicaLagHigh watches, leaves it out. Its
+    REPLICAS_CHANGE names the move as the controller lists it. Once the throttle is lifted and Kafka has completed
+    the move, a second REPLICAS_CHANGE gives Kafka's new replicas; broker 3 joined the ISR (ISR_EXPAND) and broker
+    2, removed, is no ISR_SHRINK; nothing is reassigning any more."""
     kafka_view.create_topic(e2e_topic, assignment={0: [1, 2]})
     producer = producer_factory(e2e_topic)
     producer.wait_acknowledged(50)
@@ -212,6 +215,29 @@ def test_a_reassignment_is_two_replicas_changes_and_no_shrink_nor_under_replicat
         assert kafka_view.reassignment(e2e_topic) == ([3], [2])
         during = kafka_view.partition(e2e_topic)
         assert sorted(during.replicas) == [1, 2, 3] and sorted(during.isr) == [1, 2]
+        copying: list[Any] = []
+
+        def copy_shown() -> bool:
+            """The move in flight in one scrape, and broker 3's copy behind as its replica's lag but not as its
+            broker's largest replica lag (which would be at least the copy's, had it counted)."""
+            scraped = pipeline.scrape()
+            partition = {"topic": e2e_topic, "partition": "0"}
+            copying[:] = [
+                metric(scraped, "replmon_partition_reassigning", **partition),
+                [metric(scraped, "replmon_replica_adding", **partition, broker=str(b)) for b in (1, 2, 3)],
+                metric(scraped, "replmon_cluster_reassigning_partitions", cluster="local"),
+                metric(scraped, "replmon_replica_lag_messages", **partition, broker="3"),
+                metric(scraped, "replmon_broker_max_replica_lag_messages", cluster="local", broker="3")]
+            reassigning, adding, in_cluster, lag, broker_max = copying
+            return (reassigning == 1 and adding == [0, 0, 1] and (in_cluster or 0) >= 1
+                    and lag is not None and broker_max is not None and lag > 0 and lag > broker_max)
+
+        try:
+            wait_until(copy_shown, DEADLINE_S, "the move in flight and broker 3's copy out of its broker's max lag")
+        except AssertionError:
+            pytest.fail(f"scraped (reassigning, adding of brokers 1-3, cluster's reassigning, broker 3's replica "
+                        f"lag, broker 3's max replica lag): {copying}")
+        assert kafka_view.reassignment(e2e_topic) == ([3], [2])  # ... while Kafka's controller still lists it
         started = pipeline.wait_event("the move's REPLICAS_CHANGE", of(e2e_topic, "REPLICAS_CHANGE"))
         assert (sorted(started["replicas"]), started["previous_replicas"], started["brokers"]) == ([1, 2, 3], [1, 2],
                                                                                                    [3])
@@ -227,9 +253,16 @@ def test_a_reassignment_is_two_replicas_changes_and_no_shrink_nor_under_replicat
                                 lambda e: of(e2e_topic, "REPLICAS_CHANGE")(e) and sorted(e["replicas"]) == [1, 3])
     assert ended["replicas"] == after.replicas
     assert (sorted(ended["previous_replicas"]), ended["brokers"]) == ([1, 2, 3], [2])
-    wait_until(lambda: pipeline.metric("replmon_partition_replicas", topic=e2e_topic, partition="0") == 2
-               and pipeline.metric("replmon_partition_under_replicated", topic=e2e_topic, partition="0") == 0,
-               DEADLINE_S, "the job's two replicas after the move")
+    def moved() -> bool:
+        scraped = pipeline.scrape()
+        partition = {"topic": e2e_topic, "partition": "0"}
+        return (metric(scraped, "replmon_partition_replicas", **partition) == 2
+                and metric(scraped, "replmon_partition_under_replicated", **partition) == 0
+                and metric(scraped, "replmon_partition_reassigning", **partition) == 0
+                and [metric(scraped, "replmon_replica_adding", **partition, broker=str(b)) for b in (1, 3)] == [0, 0]
+                and metric(scraped, "replmon_cluster_reassigning_partitions", cluster="local") == 0)
+
+    wait_until(moved, DEADLINE_S, "the job's two replicas after the move, nothing reassigning")
     assert [e["brokers"] for e in events_of(pipeline, e2e_topic, "ISR_EXPAND")] == [[3]]
     assert events_of(pipeline, e2e_topic, "ISR_SHRINK") == []
     producer.wait_acknowledged(50)  # it wrote throughout, and still does

@@ -48,8 +48,8 @@ def micro_batch(spark: SparkSession, events: list[Event], partitions_per_cluster
     metrics = pd.DataFrame([{"cluster": c, "topic": "t", "partition": p, "sample_time_ms": 1, "leader": 1,
                              "health": 5, "hw_lag": 0, "max_follower_lag": 0, "under_replicated": False,
                              "under_min_isr": False, "at_min_isr": False, "offline": False, "hw_stalled": False,
-                             "stale": False, "replicas": [1], "isr": [1], "follower_lag": {},
-                             "follower_time_lag_ms": {}}
+                             "stale": False, "reassigning": False, "replicas": [1], "isr": [1], "follower_lag": {},
+                             "follower_time_lag_ms": {}, "adding_replicas": []}
                             for c, n in partitions_per_cluster.items() for p in range(n)])
     served.record(metrics)
     partition_stale = [e for e in events if e.type == EventType.STALE and e.topic is not None]

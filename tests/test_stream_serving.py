@@ -74,7 +74,11 @@ def metrics_row(rng: random.Random, cluster: str, topic: str, partition: int) ->
     leader = rng.choice([*replicas, -1])
     lags = {b: None if rng.random() < 0.1 else rng.randrange(300) for b in replicas if b != leader}
     time_lags = {b: None if rng.random() < 0.1 else rng.randrange(20_000) for b in replicas if b != leader}
-    known = [x for x in lags.values() if x is not None]
+    # a reassignment in flight: a follower being added (copying: its lag left out of max_follower_lag), or only
+    # replicas being removed
+    adding = [b for b in replicas if b != leader and rng.random() < 0.2]
+    reassigning = bool(adding) or rng.random() < 0.05
+    known = [x for b, x in lags.items() if x is not None and b not in adding]
     return {"cluster": cluster, "topic": topic, "partition": partition, "sample_time_ms": rng.randrange(10**12),
             "leader": leader, "leader_epoch": 3, "replica_count": len(replicas), "isr_size": len(isr),
             "min_insync_replicas": rng.choice([None, 1, 2]), "offline": leader < 0,
@@ -84,7 +88,8 @@ def metrics_row(rng: random.Random, cluster: str, topic: str, partition: int) ->
             "max_follower_lag": max(known) if known else None, "health": rng.randrange(6),
             "follower_lag": lags, "isr": isr, "replicas": replicas,
             "hw_stalled": rng.random() < 0.2, "stale": rng.choice([True, False, None]),
-            "elr": [], "last_known_elr": [], "follower_time_lag_ms": time_lags, "history": False}
+            "elr": [], "last_known_elr": [], "follower_time_lag_ms": time_lags,
+            "adding_replicas": adding, "reassigning": reassigning, "history": False}
 
 
 def plain_aggregates(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[Any, ...], dict[str, float]]]:
@@ -95,7 +100,8 @@ def plain_aggregates(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[Any, ..
     for r in rows:
         c = clusters[(r["cluster"],)]
         c["partitions"] += 1
-        for flag in ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale"):
+        for flag in ("under_replicated", "under_min_isr", "at_min_isr", "offline", "hw_stalled", "stale",
+                     "reassigning"):
             c[flag] += r[flag] is True
         c["last"] = max(c["last"], r["sample_time_ms"])
         t = topics[(r["cluster"], r["topic"])]
@@ -108,7 +114,9 @@ def plain_aggregates(rows: list[dict[str, Any]]) -> dict[str, dict[tuple[Any, ..
             x["replicas"] += 1
             x["leaders"] += b == r["leader"]
             x["out_of_isr"] += b not in r["isr"]
-            x["max_lag"] = max(x["max_lag"], r["follower_lag"].get(b) or 0)
+            # a replica being added copies the log: its lag is no follower's
+            copying = b in r["adding_replicas"]
+            x["max_lag"] = max(x["max_lag"], 0 if copying else r["follower_lag"].get(b) or 0)
             x["max_isr_lag_ms"] += 0
             if b in r["isr"]:
                 x["max_isr_lag_ms"] = max(x["max_isr_lag_ms"], r["follower_time_lag_ms"].get(b) or 0)
@@ -125,6 +133,7 @@ def exported(aggregates: Partials) -> dict[str, dict[tuple[Any, ...], dict[str, 
              "replmon_cluster_hw_stalled_partitions": ("clusters", "hw_stalled"),
              "replmon_cluster_stale_partitions": ("clusters", "stale"),
              "replmon_cluster_last_sample_timestamp_seconds": ("clusters", "last"),
+             "replmon_cluster_reassigning_partitions": ("clusters", "reassigning"),
              "replmon_topic_partitions": ("topics", "partitions"),
              "replmon_topic_under_replicated_partitions": ("topics", "under_replicated"),
              "replmon_topic_under_min_isr_partitions": ("topics", "under_min_isr"),
@@ -171,14 +180,20 @@ def test_the_buckets_aggregates_combined_are_the_aggregates_over_every_partition
         assert json.dumps(partials_dict(columns)) == json.dumps(part.to_dict())
 
 
-def sample(rng: random.Random, partition: int, cycle: int) -> dict[str, Any]:
-    """A partition sample of a 3-broker topic whose ISR, leader and offsets move at random."""
+def sample(rng: random.Random, partition: int, cycle: int, moves: bool = False) -> dict[str, Any]:
+    """A partition sample of a 3-broker topic whose ISR, leader and offsets move at random; with ``moves``, now and
+    then a reassignment in flight from broker 3 to broker 4, which copies the log far behind."""
     isr = [1, 2, 3] if rng.random() < 0.6 else sorted(rng.sample([1, 2, 3], rng.randint(1, 2)))
     hw = 1_000 + 100 * cycle
     leos = {b: hw + rng.randrange(0, 30) if b in isr else hw - rng.randrange(0, 200) for b in (1, 2, 3)}
+    moving = moves and rng.random() < 0.25
+    if moving:
+        leos[4] = rng.randrange(0, 500)
     s = PartitionSample(cluster="c", collector_id="x", cycle=cycle, sample_time_ms=1_000_000 + cycle * 1000,
                         topic=f"t{partition % 3}", partition=partition, leader=isr[0], leader_epoch=0,
-                        replicas=[1, 2, 3], isr=isr, high_watermark=hw, min_insync_replicas=2,
+                        replicas=[1, 2, 3, 4] if moving else [1, 2, 3], isr=isr, high_watermark=hw,
+                        min_insync_replicas=2, adding_replicas=[4] if moving else [],
+                        removing_replicas=[3] if moving else [],
                         replica_offsets=[ReplicaOffsets(broker_id=b, log_end_offset=o) for b, o in leos.items()])
     return json.loads(to_json(s))
 
@@ -217,6 +232,7 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
     forgotten: set[tuple[str, str, int]] = set()
     now_ms = 2_000_000
     seen: set[tuple[str, str, int]] = set()
+    moving: set[tuple[str, str, int]] = set()  # sampled with a reassignment in flight
     last = 14
     for cycle in range(1, last + 1):
         now_ms += 4_000
@@ -233,8 +249,8 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                 if call == "samples":
                     chosen = [p for p in range(bucket, 36, 3)
                               if (rng.random() < 0.7 or cycle == last) and (p < 24 or cycle < 6)]
-                    table, out = apply_bucket(table, records([sample(rng, p, cycle) for p in chosen]), cfg, now_ms,
-                                              copy=False)
+                    table, out = apply_bucket(table, records([sample(rng, p, cycle, moves=True) for p in chosen]),
+                                              cfg, now_ms, copy=False)
                     gone: list[PartitionKey] = []
                     rows, steady = out.rows, out.steady
                     every = rows + ([] if steady is None else steady_rows(steady))
@@ -246,6 +262,8 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
                     if row["kind"] == KIND_PARTITION:
                         newest[key] = row
                         seen.add(key)
+                        if row["reassigning"]:
+                            moving.add(key)
                     elif row.get("event_type") == "PARTITION_FORGOTTEN":
                         forgotten.add(key)
                         del newest[key]
@@ -268,11 +286,13 @@ def test_the_driver_serves_the_budget_s_exact_choice_over_every_partition(seed: 
         assert sorted(keys) == sorted(plain_top(newest, budget))
         for row in served.to_dict("records"):
             want = newest[(row["cluster"], row["topic"], int(row["partition"]))]
-            assert (row["sample_time_ms"], row["isr_size"], row["stale"], row["hw_lag"]) == (
-                want["sample_time_ms"], want["isr_size"], want["stale"], want["hw_lag"])
+            assert (row["sample_time_ms"], row["isr_size"], row["stale"], row["hw_lag"], row["reassigning"],
+                    list(row["adding_replicas"])) == (want["sample_time_ms"], want["isr_size"], want["stale"],
+                                                      want["hw_lag"], want["reassigning"], want["adding_replicas"])
         with exporter._lock:
             aggregates = exporter._aggregates
         assert exported(aggregates) == exported(partials(served_of(pd.DataFrame(list(newest.values())))))
+    assert moving  # reassignments (a copy far behind) went through the buckets and the driver
     # the last cycle sampled every partition still in the topics and fired every bucket's timer
     assert {key for key in newest if key[2] >= 24} == set() and forgotten >= {key for key in seen if key[2] >= 24}
     assert {key for key in zip(*(exporter.snapshot()[name] for name in KEY), strict=True) if key[2] >= 24} == set()

@@ -461,7 +461,7 @@ def test_a_bucket_of_state_format_3_goes_on_with_no_event_lost_or_repeated() -> 
     before the clusters a bucket hears of (state format 3) wrote after the first 6 micro-batches of
     ``batches.json``, its steady and served columns filled. This version reads it (no cluster heard of yet) and
     its next 6 micro-batches give what the step of every sample gives from the start: nothing lost, nothing
-    twice; it writes format 4."""
+    twice; it writes format 5."""
     batches = json.loads((UPGRADE / "batches.json").read_text())
     stored = (UPGRADE / "bucket-format-3.bin").read_bytes()
     assert stored[:4] == b"RPL\x03"
@@ -481,4 +481,34 @@ def test_a_bucket_of_state_format_3_goes_on_with_no_event_lost_or_repeated() -> 
         table.hear(["c"], batch["now_ms"])
         table = unpack(pack(table))
     assert dict(table.items()) == reference and table.heard == {"c": batches[-1]["now_ms"]}
-    assert pack(table)[:4] == b"RPL\x04"
+    assert pack(table)[:4] == b"RPL\x05"
+
+
+def test_a_bucket_of_state_format_4_loads_no_reassignment_and_goes_on_with_no_event_lost_or_repeated() -> None:
+    """``tests/data/upgrade/bucket-format-4.bin`` (written by ``bucket_format_4.py`` there): the bucket that replmon
+    before the served columns of reassignments (state format 5) wrote after the first 6 micro-batches of
+    ``batches.json``. This version reads it with no partition reassigning and no replica being added (what the
+    sequence holds), its other served columns as they were written; its next 6 micro-batches give what the step
+    of every sample gives from the start, and the served columns those the rows give; it writes format 5."""
+    batches = json.loads((UPGRADE / "batches.json").read_text())
+    stored = (UPGRADE / "bucket-format-4.bin").read_bytes()
+    assert stored[:4] == b"RPL\x04"
+    reference: dict[Any, Any] = {}
+    expected = []
+    for batch in batches:
+        reference, rows = process_bucket(reference, batch_frame([(k, s) for k, s in batch["records"]]), CFG,
+                                         batch["now_ms"])
+        expected.append(rows)
+    table = unpack(stored)
+    served = table.served.columns
+    assert table.heard == {"c": batches[5]["now_ms"]} and table.served.run == "format-4"
+    assert len(table.served) == len(table) == 8 and len(table.steady) > 0
+    assert not served["reassigning"].any() and served["adding"].shape == served["replica"].shape
+    assert not served["adding"].any() and (served["replica"] >= 0).any()
+    for batch, want in zip(batches[6:], expected[6:], strict=True):
+        records = [(k, s) for k, s in batch["records"]]
+        table, got = process_bucket(table, batch_frame(records, len(records)), CFG, batch["now_ms"])
+        assert outputs(got) == outputs(want)
+        table = unpack(pack(table))
+    assert dict(table.items()) == reference
+    assert pack(table)[:4] == b"RPL\x05"

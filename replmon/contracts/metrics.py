@@ -51,10 +51,14 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_partition_log_end_offset", "gauge", PARTITION, "The leader's log end offset.", True),
     MetricSpec("replmon_partition_hw_lag_messages", "gauge", PARTITION,
                "Leader log end offset minus high watermark, clamped at 0.", True),
+    MetricSpec("replmon_partition_reassigning", "gauge", PARTITION,
+               "1 while a reassignment of the partition is in flight (replicas being added or removed, as Kafka's "
+               "ListPartitionReassignments or its metadata log tells them).", True),
     # --- per replica (budgeted) ---
     MetricSpec("replmon_replica_lag_messages", "gauge", REPLICA,
                "Leader log end offset minus this replica's log end offset (its last one read when it does not "
-               "answer: a dead or paused follower's lag keeps growing), clamped at 0.", True),
+               "answer: a dead or paused follower's lag keeps growing), clamped at 0. For a replica a reassignment "
+               "is adding (replmon_replica_adding), the copy's progress.", True),
     MetricSpec("replmon_replica_lag_seconds", "gauge", REPLICA,
                "How long ago the leader's log ended where this follower's ends now (interpolated between samples of "
                "the leader's log end offset); Kafka drops a follower from the ISR when it has not caught up for "
@@ -66,6 +70,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_replica_in_last_known_elr", "gauge", REPLICA,
                "1 when the replica is in the last known ELR (KIP-966: last in the ELR before it emptied; a last-resort "
                "election from it may lose data).", True),
+    MetricSpec("replmon_replica_adding", "gauge", REPLICA,
+               "1 when a reassignment in flight is adding the replica: it copies the log from its start, and its "
+               "replmon_replica_lag_messages is the copy's progress, not a follower falling behind.", True),
     # --- aggregates (always exported) ---
     MetricSpec("replmon_cluster_partitions", "gauge", CLUSTER, "Partitions watched."),
     MetricSpec("replmon_cluster_under_replicated_partitions", "gauge", CLUSTER,
@@ -80,6 +87,8 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Partitions with no sample for longer than stream.stale_after_s."),
     MetricSpec("replmon_cluster_last_sample_timestamp_seconds", "gauge", CLUSTER,
                "Sample time of the newest sample seen from the cluster."),
+    MetricSpec("replmon_cluster_reassigning_partitions", "gauge", CLUSTER,
+               "Partitions with a reassignment in flight (replicas being added or removed)."),
     MetricSpec("replmon_broker_replicas", "gauge", BROKER, "Replicas the broker hosts."),
     MetricSpec("replmon_broker_leaders", "gauge", BROKER, "Partitions the broker leads."),
     MetricSpec("replmon_broker_out_of_isr_replicas", "gauge", BROKER, "Replicas of the broker outside the ISR."),
@@ -87,7 +96,9 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Largest time lag (replmon_replica_lag_seconds) among the broker's follower replicas still in the ISR: "
                "near replica.lag.time.max.ms, Kafka is about to drop one."),
     MetricSpec("replmon_broker_max_replica_lag_messages", "gauge", BROKER,
-               "Largest follower lag among the broker's replicas."),
+               "Largest follower lag among the broker's replicas, counting only followers that are not being "
+               "added: a replica a reassignment in flight is adding copies the log from its start "
+               "(replmon_replica_adding), and its lag is in replmon_replica_lag_messages alone."),
     MetricSpec("replmon_topic_partitions", "gauge", TOPIC, "Partitions of the topic."),
     MetricSpec("replmon_topic_under_replicated_partitions", "gauge", TOPIC,
                "Partitions of the topic with ISR < replication factor (under-replicated)."),

@@ -73,7 +73,7 @@ GRANTS: tuple[Grant, ...] = (
           "min.insync.replicas and unclean.leader.election.enable of the watched topics"),
     Grant(Role.COLLECTOR, Where.WATCHED, "CLUSTER", "kafka-cluster", "DESCRIBE",
           "the reassignments in flight (ListPartitionReassignments): the replicas a reassignment adds are not "
-          "counted under-replicated while they copy, as Kafka counts them"),
+          "counted under-replicated while they copy, as Kafka counts them, nor as lagging followers"),
     Grant(Role.COLLECTOR, Where.TRANSPORT, "TOPIC", "{samples_topic}", "WRITE", "publish samples"),
     Grant(Role.COLLECTOR, Where.TRANSPORT, "TOPIC", "{samples_topic}", "CREATE",
           "create the samples topic when it is missing", create_only=True),
