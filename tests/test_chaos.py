@@ -1,4 +1,4 @@
-"""Chaos on the suite's pipeline: bench/chaos.py's fault loop for 60 seconds, an unclean election first, under
+"""Chaos on the suite's pipeline: bench/chaos.py's fault loop for 45 seconds, an unclean election first, under
 continuous acks=all and acks=1 load; every leader the controller's metadata log recorded is one LEADER_CHANGE,
 the committed messages replmon reports lost are what a consumer can no longer read, and nothing critical happens
 without a cause. The longer runs and their figures: bench/chaos.py, docs/reliability.md."""
@@ -17,7 +17,7 @@ from tests.pipeline import DEADLINE_S, TOPIC_PREFIX, Pipeline
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
-CHAOS_S = 60
+CHAOS_S = 45
 
 
 @pytest.mark.timeout(900)
