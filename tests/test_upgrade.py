@@ -8,10 +8,12 @@ messages the scenario scripted."""
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import shutil
 import tarfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,18 @@ def replay(bootstrap: str, topic: str, records: list[dict[str, Any]], partitions
         producer.close()
 
 
+@pytest.fixture
+def checkpoint_path_held() -> Iterator[None]:
+    """The checkpoint's one path (:data:`scenario.CHECKPOINT`) held for the test: two test runs on one machine would
+    otherwise extract the checkpoint over each other's and delete it under each other's job (then events repeat)."""
+    lock = scenario.CHECKPOINT.parent.with_name(scenario.CHECKPOINT.parent.name + ".lock")
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
 @pytest.mark.timeout(900)
+@pytest.mark.usefixtures("checkpoint_path_held")
 def test_a_checkpoint_and_topics_of_the_previous_version_go_on_with_no_event_lost_or_repeated(
         cluster: LocalCluster, tmp_path: Path) -> None:
     written = json.loads((FIXTURE / "spark-topics.json").read_text())
