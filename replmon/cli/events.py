@@ -148,7 +148,10 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
                                  request_timeout_ms=15000, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
                                  **config.samples_security().kafka_python())
     except KafkaError as exc:
-        raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {exc}") from None
+        from replmon.core.kafka_diagnose import connect_problem
+
+        raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: "
+                           f"{connect_problem(servers, exc)}") from None
     try:
         partitions = consumer.partitions_for_topic(topic)
         if not partitions and follow:  # the job creates the topic when it starts: followed from then on

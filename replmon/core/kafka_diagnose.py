@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from replmon.core.config import SecurityConfig
+from replmon.core.errors import describe
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0
@@ -48,6 +49,13 @@ def probe(servers: Sequence[str]) -> tuple[list[str], dict[str, str]]:
 def unreachable(failures: dict[str, str]) -> str:
     """One line for a cluster none of whose bootstrap servers accepts a connection (``failures`` of :func:`probe`)."""
     return "cannot connect to any bootstrap server: " + "; ".join(f"{s} ({why})" for s, why in failures.items())
+
+
+def connect_problem(servers: Sequence[str], otherwise: BaseException) -> str:
+    """Why a Kafka client could not reach ``servers``: :func:`unreachable` when no bootstrap server accepts a TCP
+    connection (a name that does not resolve, nothing listening), else the client's own error ``otherwise``."""
+    reachable, failures = probe(servers)
+    return describe(otherwise) if reachable else unreachable(failures)
 
 
 def tls_context(security: SecurityConfig) -> ssl.SSLContext:

@@ -7,6 +7,7 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
+from replmon.core.kafka_diagnose import connect_problem
 from replmon.core.security import UNKNOWN_TOPIC_OR_PARTITION, connect_admin, missing_permission
 
 TOPIC_COMPRESSION = "zstd"
@@ -22,7 +23,9 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
                                  request_timeout_ms=10_000, bootstrap_timeout_ms=10_000,
                                  **config.samples_security().kafka_python())
     except Exception as exc:
-        raise ReplmonError(f"cannot reach the samples cluster {','.join(config.samples_bootstrap())}: {exc}") from exc
+        servers = config.samples_bootstrap()
+        raise ReplmonError(f"cannot reach the samples cluster {','.join(servers)}: "
+                           f"{connect_problem(servers, exc)}") from exc
     try:
         # no replication factor configured: the cluster's default.replication.factor (-1), never a guess from the
         # brokers that happen to be registered right now
