@@ -137,6 +137,21 @@ def test_an_environment_variable_that_is_not_json_is_one_clear_line(
         'such as [{"name": "prod", "bootstrap_servers": ["k1:9092"]}])')
 
 
+@pytest.mark.parametrize("argv, line", [
+    (["agent", "--log-dir", "/x", "--broker-id", "one"],
+     "replmon agent: argument --broker-id: invalid int value: 'one' (see replmon agent --help)"),
+    ([], "replmon: the following arguments are required: COMMAND (see replmon --help)"),
+    (["cluster", "restart"], "replmon cluster: argument ACTION: invalid choice: 'restart' (choose from 'up', 'status', "
+                             "'down', 'fault', 'elect') (see replmon cluster --help)"),
+])
+def test_a_command_line_argparse_refuses_is_one_line_naming_the_help(argv: list[str], line: str,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == line + "\n"
+
+
 def test_a_misspelt_replmon_variable_is_one_clear_line_for_every_command(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """REPLMON_STATEDIR for REPLMON_STATE_DIR would put the clusters and checkpoints elsewhere without a word; a

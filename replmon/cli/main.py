@@ -11,6 +11,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from replmon import __version__
 from replmon.cli import cluster as cluster_commands
@@ -101,8 +102,17 @@ def _dashboards(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------------------------------------- parser
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), a mistake on the command line told in one line as every other
+    mistake is, naming the help that lists what the command takes: ``replmon agent: argument --broker-id: invalid
+    int value: 'x' (see replmon agent --help)``, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="replmon",
         description="Monitor the replication state of Apache Kafka clusters: ISR, leader epochs, high "
         "watermarks and log end offsets, turned into metrics, events and alerts.",
