@@ -143,6 +143,11 @@ def test_an_environment_variable_that_is_not_json_is_one_clear_line(
     ([], "replmon: the following arguments are required: COMMAND (see replmon --help)"),
     (["cluster", "restart"], "replmon cluster: argument ACTION: invalid choice: 'restart' (choose from 'up', 'status', "
                              "'down', 'fault', 'elect') (see replmon cluster --help)"),
+    (["events", "--frm", "topic"], "replmon events: unrecognized arguments: --frm topic (did you mean --from?) (see "
+                                   "replmon events --help)"),
+    (["cluster", "down", "--prge"], "replmon cluster down: unrecognized arguments: --prge (did you mean --purge?) (see "
+                                    "replmon cluster down --help)"),
+    (["collect", "now"], "replmon collect: unrecognized arguments: now (see replmon collect --help)"),
 ])
 def test_a_command_line_argparse_refuses_is_one_line_naming_the_help(argv: list[str], line: str,
                                                                     capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,11 +7,12 @@ cause end as one clear line on stderr and exit status 2 (1 for failures of the m
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from replmon import __version__
 from replmon.cli import cluster as cluster_commands
@@ -107,8 +108,25 @@ class _Parser(argparse.ArgumentParser):
     mistake is, naming the help that lists what the command takes: ``replmon agent: argument --broker-id: invalid
     int value: 'x' (see replmon agent --help)``, exit status 2."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.set_defaults(parser_=self)  # the innermost command's parser wins: it names what it does not know
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        """argparse's, but an argument no command takes is refused by the command it was given to, with the
+        option of that command closest to it."""
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner: _Parser = getattr(parsed, "parser_", self)
+            options = list(owner._option_string_actions)
+            close = difflib.get_close_matches(extras[0].split("=")[0], options, n=1, cutoff=0.7)
+            owner.error(f"unrecognized arguments: {' '.join(extras)}"
+                        + (f" (did you mean {close[0]}?)" if close else ""))
+        return parsed
 
 
 def build_parser() -> argparse.ArgumentParser:
