@@ -36,6 +36,7 @@ from replmon.contracts.batches import encode_batch
 from replmon.contracts.samples import BrokerChange, CycleSample, PartitionSample, Sample, sample_key, to_json
 from replmon.core.config import ReplmonConfig, TransportConfig
 from replmon.core.errors import ReplmonError, describe
+from replmon.core.kafka_diagnose import probe, unreachable
 from replmon.core.kafka_producers import close_producer
 from replmon.core.kafka_topics import ensure_topic
 
@@ -153,6 +154,17 @@ def _kafka_producer(kw: dict[str, Any]) -> Any:
 def ensure_samples_topic(config: ReplmonConfig) -> None:
     """Create ``transport.samples_topic`` on the samples cluster unless it exists (retention, compression)."""
     ensure_topic(config, config.transport.samples_topic)
+
+
+def require_samples_cluster(config: ReplmonConfig) -> None:
+    """For a one-shot run (``--once``): a samples cluster none of whose bootstrap servers accepts a connection is
+    refused at once, with why, before anything is sampled: a long-running stage rides such an outage out with its
+    buffer, but one cycle would only wait for its flush to time out, then drop what it sampled."""
+    servers = config.samples_bootstrap()
+    reachable, failures = probe(servers)
+    if not reachable:
+        raise ReplmonError(f"samples cluster {','.join(servers)}: {unreachable(failures)}; nothing sampled (one "
+                           "cycle with nowhere to publish it)")
 
 
 class SamplePublisher:

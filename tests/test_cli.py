@@ -4,6 +4,7 @@ options, and the mistakes a user can make end as one clear line and exit status 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -76,6 +77,24 @@ def test_events_from_a_topic_on_a_cluster_that_cannot_be_reached_is_one_clear_li
     assert capsys.readouterr().err.strip() == ("replmon: cannot reach the events topic's cluster 127.0.0.1:1: "
                                                "cannot connect to any bootstrap server: 127.0.0.1:1 (connection "
                                                "refused: nothing listens there)")
+
+
+@pytest.mark.parametrize("stage", [["collect"], ["agent", "--log-dir", "LOGDIR"]])
+def test_once_with_a_samples_cluster_that_cannot_be_reached_is_one_line_before_anything_is_sampled(
+        stage: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One cycle with nowhere to publish it: refused at once with why, not after its flush timed out."""
+    with socket.socket() as bound:  # bound, never listening: the port refuses connections
+        bound.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{bound.getsockname()[1]}"
+        config = tmp_path / "dead.yaml"
+        config.write_text(f'clusters: [{{name: a, bootstrap_servers: "{dead}"}}]\n')
+        argv = [str(tmp_path) if a == "LOGDIR" else a for a in stage]
+        assert main([*argv, "--config", str(config), "--once"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.strip() == (f"replmon: samples cluster {dead}: cannot connect to any bootstrap server: {dead} "
+                                    "(connection refused: nothing listens there); nothing sampled (one cycle with "
+                                    "nowhere to publish it)")
 
 
 def test_since_takes_durations_and_iso_times() -> None:

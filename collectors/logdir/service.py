@@ -106,7 +106,7 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
         if conflicts:
             raise ReplmonError("; ".join(conflicts))
     agent_id = f"{config.collector.collector_id or socket.gethostname()}/logdir-agent"
-    from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
+    from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink, require_samples_cluster
 
     sink: SampleSink
     if json_lines:
@@ -114,6 +114,8 @@ def agent(config: ReplmonConfig, log_dirs: Sequence[Path], *, cluster: str, brok
     else:
         from replmon.core.security import Role, check_access
 
+        if once:
+            require_samples_cluster(config)
         check_access(config, Role.AGENT)
         sink = SamplePublisher(config, client_id="replmon-logdir-agent")
     reporter = LogDirReporter()

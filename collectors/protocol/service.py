@@ -9,7 +9,7 @@ import sys
 
 from collectors.metrics import CollectorMetrics
 from collectors.protocol.runner import Collector, collector_id
-from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink
+from collectors.publisher import JsonLinesOutput, SamplePublisher, SampleSink, require_samples_cluster
 from replmon.core import redact
 from replmon.core.config import ReplmonConfig
 from replmon.core.console import say
@@ -47,6 +47,8 @@ def collect(config: ReplmonConfig, *, once: bool = False, json_lines: bool = Fal
     if json_lines:
         sink = JsonLinesOutput()
     else:
+        if once:
+            require_samples_cluster(config)
         check_access(config, Role.COLLECTOR)
         sink = SamplePublisher(config, client_id=f"replmon-collector-{collector_id(config)}", metrics=metrics)
     collector = Collector(config, sink, metrics)
