@@ -68,6 +68,30 @@ def test_contradictory_options_are_one_clear_line(argv: list[str], message: str,
     assert err.startswith("replmon: ") and message in err and "\n" not in err
 
 
+def test_a_cluster_or_topic_no_event_has_is_named_with_the_closest(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cluster prdo`` finding nothing says that no event has that cluster, not that the history is empty."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from streaming.schema import spark_schema
+    from streaming.sinks import _arrow_schema
+
+    day = tmp_path / "events" / "date=2023-11-14"
+    day.mkdir(parents=True)
+    rows = [EVENT.model_copy(update={"event_id": f"e{i}", "cluster": cluster, "topic": topic}).model_dump(mode="json")
+            for i, (cluster, topic) in enumerate([("prod", "orders"), ("dr", "payments")])]
+    pq.write_table(pa.Table.from_pylist(rows, schema=_arrow_schema(spark_schema(Event))), day / "part-0.parquet")
+    for argv, said in ((["--cluster", "prdo"], "no event of cluster 'prdo' (did you mean 'prod'?)"),
+                       (["--topic", "payment"], "no event of topic 'payment' (did you mean 'payments'?)"),
+                       (["--cluster", "qa"], "no event of cluster 'qa' (2 clusters have events)"),
+                       (["--cluster", "dr", "--topic", "orders"], f"no events in {tmp_path}")):
+        assert main(["events", "--history-dir", str(tmp_path), *argv]) == 0
+        assert capsys.readouterr().err.strip() == said, argv
+    assert main(["events", "--history-dir", str(tmp_path), "--cluster", "prod", "--json"]) == 0
+    assert [json.loads(line)["event_id"] for line in capsys.readouterr().out.splitlines()] == ["e0"]
+
+
 def test_an_empty_history_prints_nothing_as_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["events", "--history-dir", str(tmp_path), "--json"]) == 0
     assert capsys.readouterr().out == ""

@@ -4,6 +4,7 @@ live with ``--follow``), filtered, as a table or as JSON lines (``--json``: one 
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import re
@@ -213,15 +214,28 @@ def print_line(event: dict[str, Any], as_json: bool) -> None:
               f"{event['message']}", flush=True)
 
 
+def unmatched(keep: EventFilter, every: list[dict[str, Any]]) -> str | None:
+    """Why ``keep`` found nothing in ``every`` when it names a cluster or a topic no event has (a typo, not an
+    empty history): the name, and the closest one the events have."""
+    for field, name in (("cluster", keep.cluster), ("topic", keep.topic)):
+        names = sorted({str(e[field]) for e in every if e.get(field) is not None})
+        if name is not None and name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"did you mean {close[0]!r}?" if close else f"{len(names)} {field}s have events"
+            return f"no event of {field} {name!r} ({hint})"
+    return None
+
+
 def events(config: ReplmonConfig, *, source: str = "history", history_dir: str | Path | None = None,
            keep: EventFilter = EventFilter(), follow: bool = False, as_json: bool = False) -> int:
     """Print the events ``keep`` accepts. ``source`` 'history' reads the job's Parquet history (``history_dir``,
     else ``stream.history_dir``); 'topic' reads the events topic, and keeps printing new events with ``follow``."""
     if source == "history":
         root = history_dir or config.stream.history_dir
-        found: Iterable[dict[str, Any]] = [e for e in history_events(root, config) if keep(e)]
+        every = history_events(root, config)
+        found: Iterable[dict[str, Any]] = [e for e in every if keep(e)]
         if not found and not as_json:
-            say(f"no events in {root}")
+            say(unmatched(keep, every) or f"no events in {root}")
             return 0
     elif follow:
         with stop_signalled() as stop:  # Ctrl-C or SIGTERM ends the wait between two polls, quietly
