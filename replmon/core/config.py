@@ -416,7 +416,6 @@ def load_config(path: Path | str | None = None, env: dict[str, str] | None = Non
     overrides = env_overrides(environ)
     unknown = [f"{name} names no setting: {why}" for name, path in overrides.items()
                if (why := _no_setting(ReplmonConfig, path)) is not None and ENV_NESTED in name]
-    unknown += misspelt_variables(environ)
     if unknown:
         raise ReplmonError("; ".join(unknown))
     saved = None
@@ -469,7 +468,8 @@ container's entry point and the test bed's workers."""
 def misspelt_variables(environ: Mapping[str, str]) -> list[str]:
     """A ``REPLMON_`` variable that is neither a setting nor one of :data:`OTHER_VARIABLES` but close to one of
     them (``REPLMON_STATEDIR``): ignored, it would leave the operator's intent undone without a word. A variable
-    close to none is another tool's and left alone."""
+    close to none is another tool's and left alone. Checked once, by the command line for every command
+    (:func:`replmon.cli.main.main`), whether it loads a configuration or not."""
     known = [*OTHER_VARIABLES, *(ENV_PREFIX + s.upper() for s in ReplmonConfig.model_fields)]
     problems = []
     for name in sorted(environ):
