@@ -14,7 +14,7 @@ import pytest
 from kafka import KafkaProducer
 
 from replmon.cli import main
-from replmon.cli.events import EventFilter, canonical, event_type, topic_events, topic_record
+from replmon.cli.events import EventFilter, canonical, event_type, events, topic_events, topic_record
 from replmon.contracts.events import Event, EventType, Severity
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
@@ -162,3 +162,14 @@ def test_follow_waits_for_the_events_topic_and_gives_what_comes(cluster: LocalCl
         follower.join(30)
     assert not follower.is_alive()
     assert got == [EVENT.model_dump(mode="json")]
+    capsys.readouterr()
+    # the events the topic holds, read without --follow: a filter that matches none says why, as for the history
+    later = 4_102_444_800_000  # 2100-01-01, after every record of the topic
+    for keep, said in ((EventFilter(cluster="cc"), "no event of cluster 'cc' (did you mean 'c'?)"),
+                       (EventFilter(type=EventType.ISR_SHRINK), f"no events in topic {topic_name}"),
+                       (EventFilter(since_ms=later), f"no events in topic {topic_name} since 2100-01-01 00:00:00 UTC")):
+        assert events(config, source="topic", keep=keep) == 0
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err.strip().splitlines()[-1]) == ("", said), keep
+    assert events(config, source="topic", keep=EventFilter(cluster="c")) == 0
+    assert "t-3: unclean" in capsys.readouterr().out

@@ -226,6 +226,13 @@ def unmatched(keep: EventFilter, every: list[dict[str, Any]]) -> str | None:
     return None
 
 
+def _nothing(keep: EventFilter, where: str) -> str:
+    """What to say when ``keep`` accepts no event of ``where`` and :func:`unmatched` has no better reason."""
+    if keep.since_ms is None:
+        return f"no events in {where}"
+    return f"no events in {where} since {datetime.fromtimestamp(keep.since_ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S} UTC"
+
+
 def events(config: ReplmonConfig, *, source: str = "history", history_dir: str | Path | None = None,
            keep: EventFilter = EventFilter(), follow: bool = False, as_json: bool = False) -> int:
     """Print the events ``keep`` accepts. ``source`` 'history' reads the job's Parquet history (``history_dir``,
@@ -235,7 +242,7 @@ def events(config: ReplmonConfig, *, source: str = "history", history_dir: str |
         every = history_events(root, config)
         found: Iterable[dict[str, Any]] = [e for e in every if keep(e)]
         if not found and not as_json:
-            say(unmatched(keep, every) or f"no events in {root}")
+            say(unmatched(keep, every) or _nothing(keep, str(root)))
             return 0
     elif follow:
         with stop_signalled() as stop:  # Ctrl-C or SIGTERM ends the wait between two polls, quietly
@@ -244,12 +251,16 @@ def events(config: ReplmonConfig, *, source: str = "history", history_dir: str |
                     print_line(event, as_json)
         return 0
     else:
-        stream = (e for e in topic_events(config, keep.since_ms, follow=False) if keep(e))
         if as_json:
-            for event in stream:
-                print_line(event, as_json)
+            for event in topic_events(config, keep.since_ms, follow=False):
+                if keep(event):
+                    print_line(event, as_json)
             return 0
-        found = sorted(stream, key=lambda e: int(e["event_time_ms"]))
+        every = list(topic_events(config, keep.since_ms, follow=False))
+        found = sorted((e for e in every if keep(e)), key=lambda e: int(e["event_time_ms"]))
+        if not found:
+            say(unmatched(keep, every) or _nothing(keep, f"topic {config.transport.events_topic}"))
+            return 0
     if as_json:
         for event in found:
             print_line(event, as_json=True)
