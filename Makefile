@@ -8,8 +8,9 @@ setup:
 run: setup
 	.venv/bin/replmon demo
 
+# two workers: the tests of the real tiers in order on one, the pure tests beside them (tests/conftest.py)
 test: setup
-	.venv/bin/pytest
+	.venv/bin/pytest -n 2 --dist loadgroup
 
 # the pure tier: no Kafka cluster, Spark session, Prometheus or HDFS (under a minute)
 test-fast: setup

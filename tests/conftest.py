@@ -7,12 +7,18 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-# Tests never touch the user's own clusters or state; the Kafka jar cache stays shared (no re-download).
+# Tests never touch the user's own clusters or state; the Kafka jar cache stays shared (no re-download). Each
+# pytest-xdist worker has a state dir of its own (the workers inherit the controller's environment).
 os.environ.setdefault("REPLMON_STATE_DIR", tempfile.mkdtemp(prefix="replmon-test-state-"))
+if "PYTEST_XDIST_WORKER" in os.environ:
+    _worker_state = Path(os.environ["REPLMON_STATE_DIR"], os.environ["PYTEST_XDIST_WORKER"])
+    _worker_state.mkdir(parents=True, exist_ok=True)
+    os.environ["REPLMON_STATE_DIR"] = str(_worker_state)
 
 from pyspark.sql import SparkSession
 
@@ -43,11 +49,18 @@ FIXTURE_TIERS = {"cluster": ("cluster",), "spark": ("spark",), "pipeline": ("clu
 """The tiers a test belongs to because of a fixture it uses, directly or through another fixture."""
 
 
+REAL_GROUP = "real"
+"""The pytest-xdist group of every test of a slow tier: ``make test`` (``-n 2 --dist loadgroup``) runs them one
+after the other on one worker, in this order, as a plain run would (they share the session's cluster and pipeline,
+and inject faults into it), while the other worker runs the pure tests."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets the markers of the fixtures it uses (so that ``-m "not cluster and not spark and not
-    prometheus"`` selects exactly the pure tests). Tests that use the long-running pipeline (collector + Spark
-    job) run last, so that it never loads the machine under the timing-sensitive cluster tests of the other
-    modules."""
+    prometheus"`` selects exactly the pure tests), and a test of a slow tier the group :data:`REAL_GROUP`. Tests
+    that use the long-running pipeline (collector + Spark job) run last, so that it never loads the machine under
+    the timing-sensitive cluster tests of the other modules."""
     for item in items:
         have = {m.name for m in item.iter_markers()}
         for fixture in getattr(item, "fixturenames", ()):
@@ -55,6 +68,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 if tier not in have:
                     item.add_marker(tier)
                     have.add(tier)
+        if have & set(TIERS):
+            item.add_marker(pytest.mark.xdist_group(REAL_GROUP))
     items.sort(key=lambda item: "pipeline" in getattr(item, "fixturenames", ()))
 
 

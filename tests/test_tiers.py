@@ -53,3 +53,46 @@ def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
     assert "test_bad_records_get_their_reason" in pure and not uses_spark & pure
     spark = selected("spark")
     assert spark == uses_spark
+
+
+def test_make_test_runs_the_slow_tiers_in_order_on_one_worker_and_the_pure_tests_beside(tmp_path: Path) -> None:
+    """``make test``'s pytest-xdist options: the tests of the slow tiers share the session's cluster and inject
+    faults into it, so they must all run on one worker, in the order a plain run gives them."""
+    make = re.search(r"^test: setup\n\t\.venv/bin/pytest (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
+    assert make is not None, "the Makefile's test target runs .venv/bin/pytest"
+    ran = tmp_path / "ran.txt"
+    (tmp_path / "test_spread.py").write_text(f'''
+import os
+import pytest
+
+def record(what):
+    with open({str(ran)!r}, "a") as out:
+        out.write(f"{{what}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("i", range(4))
+def test_real(i):
+    record(f"real{{i}}")
+
+@pytest.mark.spark
+def test_spark():
+    record("spark")
+
+@pytest.mark.parametrize("i", range(4))
+def test_pure(i):
+    record(f"pure{{i}}")
+''')
+    done = subprocess.run([sys.executable, "-m", "pytest", *make.group(1).split(), "-p", "tests.conftest", "-p",
+                           "no:cacheprovider", "-q", str(tmp_path / "test_spread.py")], capture_output=True,
+                          text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    workers: dict[str, list[str]] = {}
+    for line in ran.read_text().splitlines():
+        what, worker = line.split()
+        workers.setdefault(worker, []).append(what)
+    slow = ["real0", "real1", "real2", "real3", "spark"]
+    assert len(workers) == 2, workers
+    on_it = next(ran for ran in workers.values() if "real0" in ran)
+    start = on_it.index("real0")
+    assert on_it[start:start + len(slow)] == slow, workers  # in order, no pure test between them
+    assert all(what.startswith("pure") for ran in workers.values() if ran is not on_it for what in ran), workers
