@@ -4,10 +4,11 @@ options, and the mistakes a user can make end as one clear line and exit status 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -131,7 +132,10 @@ def test_the_command_gives_a_dashed_since_its_value(tmp_path: Path) -> None:
     """The console command reads its own argv (main() without arguments) the same way."""
     done = subprocess.run([sys.executable, "-m", "replmon.cli", "events", "--history-dir", str(tmp_path), "--since",
                            "-5m"], capture_output=True, text=True, timeout=120)
-    assert (done.returncode, done.stderr.strip()) == (0, f"no events in {tmp_path}")
+    said = re.fullmatch(rf"no events in {re.escape(str(tmp_path))} since (.+) UTC", done.stderr.strip())
+    assert done.returncode == 0 and said, done.stderr
+    ago = datetime.now(UTC) - datetime.fromisoformat(said.group(1)).replace(tzinfo=UTC)
+    assert timedelta(minutes=5) <= ago < timedelta(minutes=7), ago  # -5m: five minutes before the command ran
 
 
 def test_a_wrong_since_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
