@@ -14,7 +14,7 @@ test: setup
 
 # the pure tier: no Kafka cluster, Spark session, Prometheus or HDFS (under a minute)
 test-fast: setup
-	.venv/bin/pytest -m "$(PURE)"
+	.venv/bin/pytest -n 2 --dist loadgroup -m "$(PURE)"
 
 lint: setup
 	.venv/bin/ruff check . && .venv/bin/mypy
