@@ -85,7 +85,8 @@ def test_a_cluster_or_topic_no_event_has_is_named_with_the_closest(tmp_path: Pat
     for argv, said in ((["--cluster", "prdo"], "no event of cluster 'prdo' (did you mean 'prod'?)"),
                        (["--topic", "payment"], "no event of topic 'payment' (did you mean 'payments'?)"),
                        (["--cluster", "qa"], "no event of cluster 'qa' (2 clusters have events)"),
-                       (["--cluster", "dr", "--topic", "orders"], f"no events in {tmp_path}")):
+                       (["--cluster", "dr", "--topic", "orders"], f"no events in {tmp_path}"),
+                       (["--type", "isr_shrink"], f"no ISR_SHRINK events in {tmp_path}")):
         assert main(["events", "--history-dir", str(tmp_path), *argv]) == 0
         assert capsys.readouterr().err.strip() == said, argv
     assert main(["events", "--history-dir", str(tmp_path), "--cluster", "prod", "--json"]) == 0
@@ -166,7 +167,7 @@ def test_follow_waits_for_the_events_topic_and_gives_what_comes(cluster: LocalCl
     # the events the topic holds, read without --follow: a filter that matches none says why, as for the history
     later = 4_102_444_800_000  # 2100-01-01, after every record of the topic
     for keep, said in ((EventFilter(cluster="cc"), "no event of cluster 'cc' (did you mean 'c'?)"),
-                       (EventFilter(type=EventType.ISR_SHRINK), f"no events in topic {topic_name}"),
+                       (EventFilter(type=EventType.ISR_SHRINK), f"no ISR_SHRINK events in topic {topic_name}"),
                        (EventFilter(since_ms=later), f"no events in topic {topic_name} since 2100-01-01 00:00:00 UTC")):
         assert events(config, source="topic", keep=keep) == 0
         captured = capsys.readouterr()

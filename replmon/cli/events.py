@@ -228,9 +228,10 @@ def unmatched(keep: EventFilter, every: list[dict[str, Any]]) -> str | None:
 
 def _nothing(keep: EventFilter, where: str) -> str:
     """What to say when ``keep`` accepts no event of ``where`` and :func:`unmatched` has no better reason."""
+    said = f"no {keep.type.value + ' ' if keep.type else ''}events in {where}"
     if keep.since_ms is None:
-        return f"no events in {where}"
-    return f"no events in {where} since {datetime.fromtimestamp(keep.since_ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S} UTC"
+        return said
+    return f"{said} since {datetime.fromtimestamp(keep.since_ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S} UTC"
 
 
 def events(config: ReplmonConfig, *, source: str = "history", history_dir: str | Path | None = None,
