@@ -92,7 +92,7 @@ def test_pure(i):
         workers.setdefault(worker, []).append(what)
     slow = ["real0", "real1", "real2", "real3", "spark"]
     assert len(workers) == 2, workers
-    on_it = next(ran for ran in workers.values() if "real0" in ran)
+    on_it = next(tests for tests in workers.values() if "real0" in tests)
     start = on_it.index("real0")
     assert on_it[start:start + len(slow)] == slow, workers  # in order, no pure test between them
-    assert all(what.startswith("pure") for ran in workers.values() if ran is not on_it for what in ran), workers
+    assert all(what.startswith("pure") for tests in workers.values() if tests is not on_it for what in tests), workers

@@ -252,12 +252,13 @@ def events(config: ReplmonConfig, *, source: str = "history", history_dir: str |
                     print_line(event, as_json)
         return 0
     else:
-        if as_json:
-            for event in topic_events(config, keep.since_ms, follow=False):
+        records = topic_events(config, keep.since_ms, follow=False)
+        if as_json:  # printed as they are read
+            for event in records:
                 if keep(event):
                     print_line(event, as_json)
             return 0
-        every = list(topic_events(config, keep.since_ms, follow=False))
+        every = list(records)
         found = sorted((e for e in every if keep(e)), key=lambda e: int(e["event_time_ms"]))
         if not found:
             say(unmatched(keep, every) or _nothing(keep, f"topic {config.transport.events_topic}"))
