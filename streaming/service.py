@@ -32,6 +32,26 @@ def samples_topic_ready(config: ReplmonConfig, stop: threading.Event) -> bool:
                           "the collectors create it when they first publish", stop))
 
 
+CLUSTER_POLL_S = 5.0
+"""How often the job asks again for a samples cluster none of whose bootstrap servers accepted a connection."""
+
+
+def samples_cluster_reachable(config: ReplmonConfig, stop: threading.Event) -> bool:
+    """Wait until one of the samples cluster's bootstrap servers accepts a connection; True then, False when
+    ``stop`` is set first. Asked before Spark starts, and told once with why not (a host name that does not resolve,
+    nothing listening, no answer): a mistyped bootstrap server is one line at once, not an error after Spark's
+    start and the clients' timeouts, and a samples cluster that is down holds the job back, as the collectors wait
+    for it, rather than end it."""
+    from replmon.core.kafka_diagnose import none_reachable
+
+    servers = config.samples_bootstrap()
+    why = none_reachable(servers)
+    if why is None:
+        return True
+    return bool(wait_told(lambda: none_reachable(servers) is None,
+                          f"replmon stream: waiting for the samples cluster: {why}", stop, interval_s=CLUSTER_POLL_S))
+
+
 def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJob], None] | None = None) -> int:
     """Run the job until SIGTERM or SIGINT (from the main thread), then stop it between two micro-batches
     (:meth:`~streaming.job.RunningJob.stop`). A signal only sets a flag the wait checks every second: raised as an
@@ -53,6 +73,9 @@ def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJo
     redact.install(config)
     check_access(config, Role.JOB)  # before Spark starts: a refused user or a missing ACL is one line, at once
     with stop_signalled() as stop:
+        if not samples_cluster_reachable(config, stop):
+            say("replmon stream: stopping")  # told to stop while it waited for the samples cluster
+            return 0
         spark = get_session(config.stream)
         shutdown = JvmShutdown.register(spark, stop)
         exporter = JobExporter(config.stream.series_budget)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -96,6 +97,33 @@ def test_once_with_a_samples_cluster_that_cannot_be_reached_is_one_line_before_a
     assert captured.err.strip() == (f"replmon: samples cluster {dead}: cannot connect to any bootstrap server: {dead} "
                                     "(connection refused: nothing listens there); nothing sampled (one cycle with "
                                     "nowhere to publish it)")
+
+
+def test_the_job_waits_for_a_samples_cluster_it_cannot_reach_said_at_once_before_spark_starts(
+        tmp_path: Path) -> None:
+    """A mistyped bootstrap server, or a samples cluster that is down: `replmon stream` says why at once and waits
+    (as the collectors do) without starting Spark; a SIGINT ends the wait, exit status 0."""
+    with socket.socket() as bound:  # bound, never listening: the port refuses connections
+        bound.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{bound.getsockname()[1]}"
+        config = tmp_path / "job.yaml"
+        config.write_text(f"clusters: [{{name: a, bootstrap_servers: ['no-such-host.invalid:9092', '{dead}']}}]\n"
+                          f"stream: {{checkpoint_dir: {tmp_path / 'checkpoint'}}}\n")
+        job = subprocess.Popen([sys.executable, "-m", "replmon.cli", "stream", "--config", str(config)],
+                               stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        try:
+            assert job.stderr is not None
+            first = job.stderr.readline()  # the job's first line: it blocks until the job says something
+            job.send_signal(signal.SIGINT)
+            rest = job.communicate(timeout=60)[1]
+        finally:
+            job.kill()
+    assert first.startswith("replmon stream: waiting for the samples cluster: cannot connect to any bootstrap "
+                            "server: no-such-host.invalid:9092 (host name 'no-such-host.invalid' does not resolve: ")
+    assert first.rstrip().endswith(f"; {dead} (connection refused: nothing listens there)")
+    assert job.returncode == 0, rest
+    assert rest.strip() == "replmon stream: stopping"  # no Spark: its JVM would have said a few lines
+    assert not (tmp_path / "checkpoint").exists()
 
 
 def test_since_takes_durations_and_iso_times() -> None:

@@ -532,3 +532,45 @@ def test_an_unreachable_bootstrap_server_says_whether_its_name_resolves_or_nothi
     assert failures["no-such-host.invalid:9092"].startswith("host name 'no-such-host.invalid' does not resolve: ")
     assert unreachable(failures) == ("cannot connect to any bootstrap server: " + "; ".join(
         f"{server} ({why})" for server, why in failures.items()))
+
+
+def test_no_kafka_client_is_made_for_a_samples_cluster_nothing_of_which_accepts_a_connection(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The topics' creation, the stages' access check and `replmon events --from topic` say at once why the samples
+    cluster cannot be reached (the probe's line), instead of waiting out a Kafka client's bootstrap timeout."""
+    import socket
+
+    import kafka
+    import kafka.admin
+
+    from replmon.cli.events import topic_events
+    from replmon.core import kafka_topics
+    from replmon.core.config import ReplmonConfig
+    from replmon.core.security import Role, check_access
+
+    def no_client(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError("a Kafka client was made for a cluster nothing of which accepts a connection")
+
+    for module, name in ((kafka_topics, "KafkaAdminClient"), (kafka, "KafkaConsumer"),
+                         (kafka.admin, "KafkaAdminClient")):
+        monkeypatch.setattr(module, name, no_client)
+    monkeypatch.setattr("replmon.core.security.admin_client", no_client)
+    with socket.socket() as bound:  # bound, never listening: the port refuses connections
+        bound.bind(("127.0.0.1", 0))
+        refused = f"127.0.0.1:{bound.getsockname()[1]}"
+        config = ReplmonConfig.model_validate({"transport": {"bootstrap_servers": ["no-such-host.invalid:9092",
+                                                                                   refused]}})
+        with pytest.raises(ReplmonError) as created:
+            kafka_topics.ensure_topic(config, "replmon.samples")
+        with pytest.raises(ReplmonError) as read:
+            next(topic_events(config, None, follow=False))
+        check_access(config, Role.JOB)  # an unreachable cluster passes: the stages wait for it and say so
+        assert not kafka_topics.topic_missing(config, "replmon.samples")
+    why = (f"cannot connect to any bootstrap server: no-such-host.invalid:9092 (host name 'no-such-host.invalid' "
+           f"does not resolve: {{}}); {refused} (connection refused: nothing listens there)")
+    for raised, what in ((created, "the samples cluster"), (read, "the events topic's cluster")):
+        said = str(raised.value)
+        head = f"cannot reach {what} no-such-host.invalid:9092,{refused}: "
+        assert said.startswith(head), said
+        resolver = said[len(head):].split("does not resolve: ", 1)[1].split(")", 1)[0]
+        assert said == head + why.format(resolver)

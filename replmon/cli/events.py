@@ -141,16 +141,19 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
+    from replmon.core.kafka_diagnose import connect_problem, none_reachable
+
     topic = config.transport.events_topic
     servers = config.samples_bootstrap()
+    why = none_reachable(servers)
+    if why is not None:
+        raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {why}")
     try:
         consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
                                  isolation_level="read_committed", client_id="replmon-events",
                                  request_timeout_ms=15000, bootstrap_timeout_ms=BOOTSTRAP_TIMEOUT_MS,
                                  **config.samples_security().kafka_python())
     except KafkaError as exc:
-        from replmon.core.kafka_diagnose import connect_problem
-
         raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: "
                            f"{connect_problem(servers, exc)}") from None
     try:

@@ -51,6 +51,14 @@ def unreachable(failures: dict[str, str]) -> str:
     return "cannot connect to any bootstrap server: " + "; ".join(f"{s} ({why})" for s, why in failures.items())
 
 
+def none_reachable(servers: Sequence[str]) -> str | None:
+    """:func:`unreachable` when no bootstrap server accepts a TCP connection, else None: asked before a Kafka
+    client is made, it says at once (a name that does not resolve, a refused port) what the client would say only
+    after its bootstrap timeout, and less precisely."""
+    reachable, failures = probe(servers)
+    return None if reachable else unreachable(failures)
+
+
 def connect_problem(servers: Sequence[str], otherwise: BaseException) -> str:
     """Why a Kafka client could not reach ``servers``: :func:`unreachable` when no bootstrap server accepts a TCP
     connection (a name that does not resolve, nothing listening), else the client's own error ``otherwise``."""

@@ -7,7 +7,7 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
-from replmon.core.kafka_diagnose import connect_problem
+from replmon.core.kafka_diagnose import connect_problem, none_reachable
 from replmon.core.security import UNKNOWN_TOPIC_OR_PARTITION, connect_admin, missing_permission
 
 TOPIC_COMPRESSION = "zstd"
@@ -18,12 +18,15 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
     """Create ``topic`` on the samples cluster unless it exists, with the transport's partitions, retention
     and compression."""
     transport = config.transport
+    servers = config.samples_bootstrap()
+    why = none_reachable(servers)
+    if why is not None:
+        raise ReplmonError(f"cannot reach the samples cluster {','.join(servers)}: {why}")
     try:
-        admin = KafkaAdminClient(bootstrap_servers=config.samples_bootstrap(), client_id="replmon-topics",
+        admin = KafkaAdminClient(bootstrap_servers=servers, client_id="replmon-topics",
                                  request_timeout_ms=10_000, bootstrap_timeout_ms=10_000,
                                  **config.samples_security().kafka_python())
     except Exception as exc:
-        servers = config.samples_bootstrap()
         raise ReplmonError(f"cannot reach the samples cluster {','.join(servers)}: "
                            f"{connect_problem(servers, exc)}") from exc
     try:

@@ -265,9 +265,15 @@ def check_access(config: ReplmonConfig, role: Role) -> None:
 
 
 def connect_admin(servers: list[str], security: SecurityConfig, client_id: str, what: str) -> Any | None:
-    """An admin client; None when nothing answers; one clear ReplmonError when the cluster refuses us."""
-    from replmon.core.kafka_diagnose import refusal
+    """An admin client; None when nothing answers; one clear ReplmonError when the cluster refuses us. No bootstrap
+    server accepting a connection (a host name that does not resolve, nothing listening) is None at once, not after
+    the client's bootstrap timeout."""
+    from replmon.core.kafka_diagnose import none_reachable, refusal
 
+    why = none_reachable(servers)
+    if why is not None:
+        log.debug("%s %s not reachable: %s", what, servers, why)
+        return None
     try:
         return admin_client(servers, security, client_id, bootstrap_timeout_ms=CHECK_BOOTSTRAP_TIMEOUT_MS)
     except Exception as exc:
