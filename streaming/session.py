@@ -18,6 +18,7 @@ from replmon.core import locations
 from replmon.core.config import StreamConfig
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
+from replmon.core.spark_settings import local_threads
 from streaming import code_archive, pyspark_hooks
 from streaming.code_archive import ARCHIVE_ALIAS
 
@@ -187,16 +188,6 @@ def _artifact_file(jar: str) -> str:
     return Path(jar).name.split("_", 1)[-1]
 
 
-def local_cores(master: str) -> int | None:
-    """N of ``local[N]`` (``local``: 1; ``local[*]``: this host's cores); None for a cluster master."""
-    if master == "local":
-        return 1
-    if not master.startswith("local["):
-        return None
-    inside = master.removeprefix("local[").split("]")[0].split(",")[0]
-    return os.cpu_count() or 1 if inside == "*" else int(inside)
-
-
 def state_parallelism(cfg: StreamConfig, conf: dict[str, str]) -> int | None:
     """The state query's tasks for a new checkpoint (``stream.state_parallelism``), else the cores the job gets as
     far as its settings tell (``conf``: the settings the session starts with); None: Spark's default parallelism,
@@ -204,7 +195,7 @@ def state_parallelism(cfg: StreamConfig, conf: dict[str, str]) -> int | None:
     commit, its Python worker's setup): more tasks than cores run in waves (4 on local[2] took two)."""
     if cfg.state_parallelism is not None:
         return cfg.state_parallelism
-    cores = local_cores(conf.get("spark.master", cfg.spark_master))
+    cores = local_threads(conf.get("spark.master", cfg.spark_master))
     if cores is not None:
         return cores
     if "spark.cores.max" in conf:
@@ -221,7 +212,7 @@ def spark_conf(cfg: StreamConfig, app_name: str = "replmon", submitted: dict[str
     archive of replmon's code to ship to the executors (off local mode)."""
     given = {**cfg.spark_conf, **(submitted or {})}  # what the operator set, over replmon's
     master = given.get("spark.master", cfg.spark_master)
-    cores = local_cores(master)
+    cores = local_threads(master)
     conf = {
         "spark.app.name": app_name,
         "spark.master": cfg.spark_master,
@@ -318,7 +309,7 @@ def get_session(cfg: StreamConfig, app_name: str = "replmon") -> SparkSession:
     conf = spark_conf(cfg, app_name, submitted, archive)
     master = {**conf, **(submitted or {})}.get("spark.master", cfg.spark_master)
     local_paths = [p for p in (cfg.checkpoint_dir, cfg.history_dir) if locations.is_local(p)]
-    if local_cores(master) is None and local_paths:
+    if local_threads(master) is None and local_paths:
         log.warning("%s is a local path, but the executors run off this host (master %s): each must see it at the "
                     "same path (a shared mount), or give a Hadoop filesystem URI (hdfs://, s3a://, ...; "
                     "docs/deploy.md)", " and ".join(local_paths), master)

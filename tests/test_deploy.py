@@ -733,6 +733,16 @@ def test_every_replmon_command_in_the_doc_parses() -> None:
         assert callable(args.handler)
 
 
+def test_the_doc_s_replmon_configurations_load(tmp_path: Path) -> None:
+    """Each YAML block of the doc that is a replmon configuration (not Prometheus's) loads as one."""
+    blocks = [block for block in code_blocks("yaml") if "scrape_configs" not in yaml.safe_load(block)]
+    assert blocks
+    for block in blocks:
+        path = tmp_path / "replmon.yaml"
+        path.write_text(block)
+        load_config(path, env={})  # a ReplmonError names what the doc got wrong
+
+
 def spark_submits() -> list[list[str]]:
     return [c for c in shell_commands() if c[0] == "spark-submit"]
 

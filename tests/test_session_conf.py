@@ -18,7 +18,6 @@ from streaming.session import (
     KAFKA_CONNECTOR,
     RESOLVED,
     bundled_jars,
-    local_cores,
     remember_jars,
     spark_conf,
 )
@@ -100,12 +99,6 @@ def test_spark_submit_s_master_packages_and_conf_win_and_are_not_repeated() -> N
     assert conf["spark.executorEnv.PYTHONPATH"] == "replmon-code:environment/lib"
     local = spark_conf(StreamConfig(), submitted={"spark.master": "local[4]"})
     assert local["spark.driver.host"] == "127.0.0.1" and local["spark.sql.shuffle.partitions"] == "4"
-
-
-@pytest.mark.parametrize(("master", "cores"), [("local", 1), ("local[2]", 2), ("local[3,2]", 3),
-                                               ("spark://h:7077", None), ("yarn", None)])
-def test_local_cores(master: str, cores: int | None) -> None:
-    assert local_cores(master) == cores
 
 
 def test_the_code_archive_holds_what_executors_import_and_is_rebuilt_only_when_the_code_changes(

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from replmon.core.kafka_names import TOPIC_NAME
+
 META_PROPERTIES = "meta.properties"
 REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 RECOVERY_POINT_OFFSET_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -28,7 +30,7 @@ SKIPPED_DIR_SUFFIXES = (DELETE_DIR_SUFFIX, FUTURE_DIR_SUFFIX, STRAY_DIR_SUFFIX, 
 CLUSTER_METADATA_DIR = "__cluster_metadata-0"
 """The KRaft metadata log: a Raft log with its own files (quorum-state), not a replicated partition."""
 
-_PARTITION_DIR = re.compile(r"^(?P<topic>[A-Za-z0-9._-]{1,249})-(?P<partition>0|[1-9][0-9]{0,9})$")
+_PARTITION_DIR = re.compile(rf"^(?P<topic>{TOPIC_NAME})-(?P<partition>0|[1-9][0-9]{{0,9}})$")
 _SEGMENT_FILE = re.compile(r"^(?P<base>[0-9]{20})\.log$")
 
 

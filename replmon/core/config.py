@@ -32,8 +32,9 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, SettingsError
 
-from replmon.core import locations
+from replmon.core import locations, spark_settings
 from replmon.core.errors import ReplmonError
+from replmon.core.kafka_names import topic_problem
 from replmon.core.paths import state_dir
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
@@ -213,7 +214,8 @@ class TransportConfig(_Section):
     events_topic: str = "replmon.events"
     quarantine_topic: str = "replmon.quarantine"
     topic_partitions: int = Field(default=6, ge=1)
-    topic_replication_factor: int | None = None
+    topic_replication_factor: int | None = Field(default=None, ge=1, le=32767)
+    """The topics' replication factor when replmon creates them; None: the cluster's default.replication.factor."""
     retention_ms: int = Field(default=24 * 3600 * 1000, ge=60_000)
     sample_format: Literal["batch", "json"] = "batch"
     """How the collectors publish partition samples: "batch", a cycle's samples as a few columnar records per
@@ -230,6 +232,26 @@ class TransportConfig(_Section):
     @classmethod
     def _host_port(cls, value: list[str] | None) -> list[str] | None:
         return None if value is None else host_ports(value)
+
+    @field_validator("samples_topic", "events_topic", "quarantine_topic")
+    @classmethod
+    def _topic_name(cls, value: str) -> str:
+        """A name Kafka would refuse is refused here, not when the first stage creates the topic."""
+        if (problem := topic_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def _topics_apart(self) -> TransportConfig:
+        """Samples, events and quarantined records each in a topic of their own: the job reads every record of the
+        samples topic as a sample."""
+        named = {"samples_topic": self.samples_topic, "events_topic": self.events_topic,
+                 "quarantine_topic": self.quarantine_topic}
+        for first, second in (("samples_topic", "events_topic"), ("samples_topic", "quarantine_topic"),
+                              ("events_topic", "quarantine_topic")):
+            if named[first] == named[second]:
+                raise ValueError(f"{first} and {second} are both {named[first]!r}: each needs a topic of its own")
+        return self
 
 
 MAX_STATE_BUCKETS = 65536
@@ -310,6 +332,33 @@ class StreamConfig(_Section):
     def forget_after(self) -> float:
         """Seconds of silence after which a partition is forgotten (0: never)."""
         return 10 * self.stale_after_s if self.forget_after_s is None else self.forget_after_s
+
+    @field_validator("spark_master")
+    @classmethod
+    def _master(cls, value: str) -> str:
+        """A master Spark would not read is refused here, not once Spark starts (replmon.core.spark_settings)."""
+        if (problem := spark_settings.master_problem(value)) is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("spark_conf", mode="before")
+    @classmethod
+    def _spark_values(cls, value: Any) -> Any:
+        """YAML's numbers and booleans as Spark spells them (``spark.executor.cores: 2``, ``...enabled: false``)."""
+        if not isinstance(value, Mapping):
+            return value
+        return {key: spark_settings.setting_value(v) for key, v in value.items()}
+
+    @field_validator("spark_conf")
+    @classmethod
+    def _spark_settings(cls, value: dict[str, str]) -> dict[str, str]:
+        """A setting Spark would refuse, or replmon could not read (the master, the cores, the memory sizes), is
+        refused here with its key, not once Spark starts."""
+        problems = [f"{key}: {problem}" for key, v in value.items()
+                    if (problem := spark_settings.setting_problem(key, v)) is not None]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return value
 
     @field_validator("checkpoint_dir", "history_dir", mode="before")
     @classmethod
