@@ -49,27 +49,37 @@ FIXTURE_TIERS = {"cluster": ("cluster",), "spark": ("spark",), "pipeline": ("clu
 """The tiers a test belongs to because of a fixture it uses, directly or through another fixture."""
 
 
+SHARED_FIXTURES = ("cluster", "kafka_view", "pipeline", "prometheus")
+"""The session's fixtures into which tests inject faults (the cluster, the pipeline on it): the tests that use them,
+directly or through another fixture, run one after the other on one worker."""
 REAL_GROUP = "real"
-"""The pytest-xdist group of every test of a slow tier: ``make test`` (``-n 2 --dist loadgroup``) runs them one
-after the other on one worker, in this order, as a plain run would (they share the session's cluster and pipeline,
-and inject faults into it), while the other worker runs the pure tests."""
+"""The pytest-xdist group of every test of a slow tier that uses a :data:`SHARED_FIXTURES`: ``make test`` (``-n 2
+--dist loadgroup``) runs them one after the other on one worker, in this order, as a plain run would (they share the
+session's cluster and pipeline, and inject faults into it)."""
+OWN_GROUP = "own"
+"""The group of the other tests of a slow tier, each with servers of its own (a cluster, a Spark session, HDFS,
+Prometheus): one after the other on the other worker, beside the :data:`REAL_GROUP`, then the pure tests. The two
+groups are the two largest units of work, so pytest-xdist gives each to a worker of its own at the start (its
+``--loadscope-reorder``: the largest first, one to each worker)."""
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each test gets the markers of the fixtures it uses (so that ``-m "not cluster and not spark and not
-    prometheus"`` selects exactly the pure tests), and a test of a slow tier the group :data:`REAL_GROUP`. Tests
-    that use the long-running pipeline (collector + Spark job) run last, so that it never loads the machine under
-    the timing-sensitive cluster tests of the other modules."""
+    prometheus"`` selects exactly the pure tests), and a test of a slow tier the group :data:`REAL_GROUP` or
+    :data:`OWN_GROUP`. Tests that use the long-running pipeline (collector + Spark job) run last, so that it never
+    loads the machine under the timing-sensitive cluster tests of the other modules."""
     for item in items:
         have = {m.name for m in item.iter_markers()}
-        for fixture in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for fixture in fixtures:
             for tier in FIXTURE_TIERS.get(fixture, ()):
                 if tier not in have:
                     item.add_marker(tier)
                     have.add(tier)
         if have & set(TIERS):
-            item.add_marker(pytest.mark.xdist_group(REAL_GROUP))
+            shared = fixtures & set(SHARED_FIXTURES)
+            item.add_marker(pytest.mark.xdist_group(REAL_GROUP if shared else OWN_GROUP))
     items.sort(key=lambda item: "pipeline" in getattr(item, "fixturenames", ()))
 
 

@@ -55,9 +55,10 @@ def test_a_test_gets_the_markers_of_the_fixtures_it_uses() -> None:
     assert spark == uses_spark
 
 
-def test_make_test_runs_the_slow_tiers_in_order_on_one_worker_and_the_pure_tests_beside(tmp_path: Path) -> None:
-    """``make test``'s pytest-xdist options: the tests of the slow tiers share the session's cluster and inject
-    faults into it, so they must all run on one worker, in the order a plain run gives them."""
+def test_make_test_runs_each_group_of_slow_tests_in_order_on_a_worker_of_its_own(tmp_path: Path) -> None:
+    """``make test``'s pytest-xdist options: the tests of the slow tiers that share the session's cluster inject
+    faults into it, so they run on one worker, in the order a plain run gives them; the other slow tests (servers of
+    their own) run in order on the other worker, then the pure tests."""
     make = re.search(r"^test: setup\n\t\.venv/bin/pytest (.+)$", (ROOT / "Makefile").read_text(), flags=re.M)
     assert make is not None, "the Makefile's test target runs .venv/bin/pytest"
     ran = tmp_path / "ran.txt"
@@ -69,14 +70,19 @@ def record(what):
     with open({str(ran)!r}, "a") as out:
         out.write(f"{{what}} {{os.environ['PYTEST_XDIST_WORKER']}}\\n")
 
+@pytest.fixture
+def cluster():  # stands for the session's cluster: the name is what groups a test
+    return None
+
 @pytest.mark.cluster
 @pytest.mark.parametrize("i", range(4))
-def test_real(i):
+def test_real(i, cluster):
     record(f"real{{i}}")
 
 @pytest.mark.spark
-def test_spark():
-    record("spark")
+@pytest.mark.parametrize("i", range(5))
+def test_own(i):
+    record(f"own{{i}}")
 
 @pytest.mark.parametrize("i", range(4))
 def test_pure(i):
@@ -90,9 +96,12 @@ def test_pure(i):
     for line in ran.read_text().splitlines():
         what, worker = line.split()
         workers.setdefault(worker, []).append(what)
-    slow = ["real0", "real1", "real2", "real3", "spark"]
     assert len(workers) == 2, workers
-    on_it = next(tests for tests in workers.values() if "real0" in tests)
-    start = on_it.index("real0")
-    assert on_it[start:start + len(slow)] == slow, workers  # in order, no pure test between them
-    assert all(what.startswith("pure") for tests in workers.values() if tests is not on_it for what in tests), workers
+    for group, size in (("real", 4), ("own", 5)):
+        on_it = [tests for tests in workers.values() if f"{group}0" in tests]
+        assert len(on_it) == 1, workers
+        start = on_it[0].index(f"{group}0")
+        assert on_it[0][start:start + size] == [f"{group}{i}" for i in range(size)], workers  # in order, unbroken
+    real, own = (next(w for w, tests in workers.items() if f"{g}0" in tests) for g in ("real", "own"))
+    assert real != own, workers
+    assert sum(what.startswith("pure") for tests in workers.values() for what in tests) == 4, workers
