@@ -362,7 +362,10 @@ def test_topic_defaults_apply_to_topics_created_without_settings(healthy_cluster
     kafka_view.call(lambda admin: admin.create_topics({topic_name: {}}, timeout_ms=15000))
     view = wait_until(lambda: (v := kafka_view.partition(topic_name)).leader >= 0 and v, 30, "a leader")
     assert len(view.replicas) == int(BROKER_DEFAULTS["default.replication.factor"]) == 3
-    effective = kafka_view.topic_config(topic_name)["min.insync.replicas"]
+    # the broker asked may learn of the topic from the metadata log after the one that gave its leader: until then
+    # it describes no config of it
+    effective = wait_until(lambda: kafka_view.topic_config(topic_name).get("min.insync.replicas"), 30,
+                           "the topic's configs")
     assert effective == BROKER_DEFAULTS["min.insync.replicas"] == "2"
 
 

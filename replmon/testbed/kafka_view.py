@@ -111,7 +111,8 @@ class KafkaView:
         return int(self.call(lambda admin: admin.list_partition_offsets({tp: OffsetSpec.LATEST}))[tp].offset)
 
     def topic_config(self, topic: str) -> dict[str, str]:
-        """Every effective config of ``topic`` (name -> value)."""
+        """Every effective config of ``topic`` (name -> value); none while the broker asked does not know the topic
+        yet (it learns of a new topic from the metadata log at its own pace)."""
         from kafka.admin import ConfigResource, ConfigResourceType
 
         result = self.call(lambda admin: admin.describe_configs(
