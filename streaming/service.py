@@ -45,11 +45,15 @@ def samples_cluster_reachable(config: ReplmonConfig, stop: threading.Event) -> b
     from replmon.core.kafka_diagnose import none_reachable
 
     servers = config.samples_bootstrap()
-    why = none_reachable(servers)
-    if why is None:
-        return True
-    return bool(wait_told(lambda: none_reachable(servers) is None,
-                          f"replmon stream: waiting for the samples cluster: {why}", stop, interval_s=CLUSTER_POLL_S))
+    why = ""
+
+    def reachable() -> bool:
+        nonlocal why
+        why = none_reachable(servers) or ""
+        return not why
+
+    return bool(wait_told(reachable, lambda: f"replmon stream: waiting for the samples cluster: {why}", stop,
+                          interval_s=CLUSTER_POLL_S))
 
 
 def run_job_until_stopped(config: ReplmonConfig, on_started: Callable[[RunningJob], None] | None = None) -> int:

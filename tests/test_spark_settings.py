@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 from replmon.core.config import load_config
 from replmon.core.errors import ReplmonError
 from replmon.core.spark_settings import JVM_SIZE, SIZES, local_threads, master_problem, setting_problem
+from replmon.testbed.localcluster.artifacts import java_executable
 
 MASTERS = ["local", "local[2]", "local[*]", "local[3,2]", "local[*, 4]", "local[0]", "local[two]", "local[2",
            "locall[2]", "local[ 2]", "local-cluster[2,1,1024]", "local-cluster[2, 1]", "spark://h:7077",
@@ -80,8 +81,8 @@ def test_yaml_numbers_and_booleans_are_spark_s_spelling(tmp_path: Path) -> None:
 
 def jvm_takes_heap(size: str) -> bool:
     """Whether the JVM starts with -Xmx<size>: the driver's JVM gets spark.driver.memory so."""
-    java = Path(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else Path("java")
-    started = subprocess.run([str(java), f"-Xmx{size}", "-version"], capture_output=True, text=True, timeout=60)
+    started = subprocess.run([java_executable(), f"-Xmx{size}", "-version"], capture_output=True, text=True,
+                             timeout=60)
     return started.returncode == 0
 
 

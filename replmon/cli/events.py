@@ -141,13 +141,11 @@ def topic_events(config: ReplmonConfig, since_ms: int | None, follow: bool,
     from kafka import KafkaConsumer, TopicPartition
     from kafka.errors import KafkaError
 
-    from replmon.core.kafka_diagnose import connect_problem, none_reachable
+    from replmon.core.kafka_diagnose import connect_problem, require_reachable
 
     topic = config.transport.events_topic
     servers = config.samples_bootstrap()
-    why = none_reachable(servers)
-    if why is not None:
-        raise ReplmonError(f"cannot reach the events topic's cluster {','.join(servers)}: {why}")
+    require_reachable(servers, "the events topic's cluster")
     try:
         consumer = KafkaConsumer(bootstrap_servers=servers, enable_auto_commit=False, group_id=None,
                                  isolation_level="read_committed", client_id="replmon-events",

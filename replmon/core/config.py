@@ -11,6 +11,7 @@ Secrets are ``SecretStr``: they print as ``**********`` everywhere.
 from __future__ import annotations
 
 import difflib
+import itertools
 import json
 import os
 import stat
@@ -245,12 +246,9 @@ class TransportConfig(_Section):
     def _topics_apart(self) -> TransportConfig:
         """Samples, events and quarantined records each in a topic of their own: the job reads every record of the
         samples topic as a sample."""
-        named = {"samples_topic": self.samples_topic, "events_topic": self.events_topic,
-                 "quarantine_topic": self.quarantine_topic}
-        for first, second in (("samples_topic", "events_topic"), ("samples_topic", "quarantine_topic"),
-                              ("events_topic", "quarantine_topic")):
-            if named[first] == named[second]:
-                raise ValueError(f"{first} and {second} are both {named[first]!r}: each needs a topic of its own")
+        for first, second in itertools.combinations(("samples_topic", "events_topic", "quarantine_topic"), 2):
+            if (name := getattr(self, first)) == getattr(self, second):
+                raise ValueError(f"{first} and {second} are both {name!r}: each needs a topic of its own")
         return self
 
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from replmon.core.config import SecurityConfig
-from replmon.core.errors import describe
+from replmon.core.errors import ReplmonError, describe
 
 log = logging.getLogger(__name__)
 PROBE_TIMEOUT_S = 5.0
@@ -57,6 +57,14 @@ def none_reachable(servers: Sequence[str]) -> str | None:
     after its bootstrap timeout, and less precisely."""
     reachable, failures = probe(servers)
     return None if reachable else unreachable(failures)
+
+
+def require_reachable(servers: Sequence[str], what: str) -> None:
+    """Raise "cannot reach WHAT SERVERS: why" at once when no bootstrap server accepts a TCP connection
+    (:func:`none_reachable`): a command that needs the cluster now says so before it makes a Kafka client."""
+    why = none_reachable(servers)
+    if why is not None:
+        raise ReplmonError(f"cannot reach {what} {','.join(servers)}: {why}")
 
 
 def connect_problem(servers: Sequence[str], otherwise: BaseException) -> str:

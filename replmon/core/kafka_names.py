@@ -8,7 +8,8 @@ import re
 
 MAX_TOPIC_LENGTH = 249
 """Topic.MAX_NAME_LENGTH: a partition's directory name, topic-N, must fit the 255 bytes of a file name."""
-TOPIC_NAME = rf"[A-Za-z0-9._-]{{1,{MAX_TOPIC_LENGTH}}}"
+TOPIC_CHARACTER = "[A-Za-z0-9._-]"
+TOPIC_NAME = rf"{TOPIC_CHARACTER}{{1,{MAX_TOPIC_LENGTH}}}"
 """A topic name as a regular expression (without "." and "..", which only :func:`topic_problem` refuses)."""
 
 
@@ -22,7 +23,7 @@ def topic_problem(name: str) -> str | None:
     if len(name) > MAX_TOPIC_LENGTH:
         return f"topic name {name[:40]!r}... is {len(name)} characters, over Kafka's {MAX_TOPIC_LENGTH}"
     if not re.fullmatch(TOPIC_NAME, name):
-        bad = sorted({c for c in name if not re.fullmatch(r"[A-Za-z0-9._-]", c)})
+        bad = sorted({c for c in name if not re.fullmatch(TOPIC_CHARACTER, c)})
         return (f"topic name {name!r} holds {', '.join(map(repr, bad))}: Kafka takes ASCII letters, digits, '.', '_' "
                 f"and '-'")
     return None

@@ -7,7 +7,7 @@ from kafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
-from replmon.core.kafka_diagnose import connect_problem, none_reachable
+from replmon.core.kafka_diagnose import connect_problem, require_reachable
 from replmon.core.security import UNKNOWN_TOPIC_OR_PARTITION, connect_admin, missing_permission
 
 TOPIC_COMPRESSION = "zstd"
@@ -19,9 +19,7 @@ def ensure_topic(config: ReplmonConfig, topic: str) -> None:
     and compression."""
     transport = config.transport
     servers = config.samples_bootstrap()
-    why = none_reachable(servers)
-    if why is not None:
-        raise ReplmonError(f"cannot reach the samples cluster {','.join(servers)}: {why}")
+    require_reachable(servers, "the samples cluster")
     try:
         admin = KafkaAdminClient(bootstrap_servers=servers, client_id="replmon-topics",
                                  request_timeout_ms=10_000, bootstrap_timeout_ms=10_000,

@@ -74,11 +74,12 @@ TOPIC_POLL_S = 2.0
 """How often a stage asks again for a topic another stage creates (:func:`wait_told`)."""
 
 
-def wait_told(probe: Callable[[], T | NotYet], told: str, stop: threading.Event,
+def wait_told(probe: Callable[[], T | NotYet], told: str | Callable[[], str], stop: threading.Event,
               interval_s: float = TOPIC_POLL_S) -> T | None:
     """``probe``'s first truthy value, asked every ``interval_s`` for as long as it takes; None when ``stop`` is set
     first. ``told`` is said once (:func:`replmon.core.console.say`) when the first answer is not yet: a stage that
-    waits for another (a topic it creates) says what it waits for, once."""
+    waits for another (a topic it creates) says what it waits for, once; a callable, asked then, says what the
+    probe found (why not yet)."""
     from replmon.core.console import say
 
     said = False
@@ -87,7 +88,7 @@ def wait_told(probe: Callable[[], T | NotYet], told: str, stop: threading.Event,
         if value:
             return value
         if not said:
-            say(told)
+            say(told if isinstance(told, str) else told())
             said = True
         stop.wait(interval_s)
     return None
