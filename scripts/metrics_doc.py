@@ -65,8 +65,9 @@ def render() -> str:
         "by hand: `tests/test_metrics_doc.py` fails when this file and the code disagree. Alerts on these metrics:",
         "[alerts.md](alerts.md).",
         "",
-        "Counters created at their first event (unclean elections, lost messages, divergences, events,",
-        "quarantined samples) have no series until then.",
+        "Counters created at their first event (unclean elections, lost messages, divergences, broker fencings,",
+        "events, quarantined samples) have no series until then; `replmon_job_batches_total` none until the job's",
+        "first micro-batch.",
         "",
         "## Streaming job",
     ]

@@ -4,8 +4,9 @@ live in the terminal, ending with a summary of each injected fault, the event th
 What runs: the local 3-broker cluster (started when it is not running, stopped again at the end if the demo
 started it), a second one-broker local cluster that carries samples and events (the timeline takes most
 watched brokers down, which would take a samples topic on the watched cluster down with them; it is deleted
-afterwards), ``replmon collect`` and ``replmon stream`` as subprocesses, and two sequenced producers. Everything
-is stopped on the way out, also on Ctrl-C (SIGINT) or SIGTERM.
+afterwards), ``replmon collect``, a ``replmon agent`` beside each broker and ``replmon stream`` as
+subprocesses, and two sequenced producers. Everything is stopped on the way out, also on Ctrl-C (SIGINT) or
+SIGTERM.
 
 ``REPLMON_DEMO_FAST=1`` skips the pauses that let a reader follow (the tests use it).
 """

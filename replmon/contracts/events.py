@@ -87,7 +87,7 @@ class Event(BaseModel):
     leader: int | None = None
     """The partition's leader after the event (-1: none, the partition is offline)."""
     previous_leader: int | None = None
-    """LEADER_CHANGE, OFFLINE_START, HW_REGRESSION, DATA_LOSS: the leader before."""
+    """LEADER_CHANGE, OFFLINE_START, EPOCH_REGRESSION, HW_REGRESSION, DATA_LOSS: the leader before."""
     leader_epoch: int | None = None
     """The leader epoch after the event."""
     previous_leader_epoch: int | None = None
@@ -98,7 +98,8 @@ class Event(BaseModel):
     forced: bool | None = None
     """LEADER_CHANGE, unclean only: True when the topic forbids unclean elections (unclean.leader.election.enable
     false), so an operator forced it (ElectLeaders UNCLEAN, `kafka-leader-election.sh --election-type unclean`);
-    False when the topic allows them; None when the setting is unknown."""
+    False when the topic allows them, or when the controller elected one of the last known ELR as its own last
+    resort (KIP-966: no ISR or ELR member available); None when the setting is unknown."""
     isr: list[int] | None = None
     """The in-sync replicas after the event (broker ids, in Kafka's order)."""
     previous_isr: list[int] | None = None
@@ -247,8 +248,9 @@ EVENT_TYPES: dict[EventType, EventTypeSpec] = {
         "The controller fenced a broker (`brokers`): it leads no partition and leaves every ISR; from the "
         "controller's metadata log (a log-dir agent), at the controller's time.",
         "The broker's heartbeats stopped for broker.session.timeout.ms (its process died or froze, or it is cut "
-        "off from the controller), it finished a controlled shutdown (a planned stop or rolling restart), or it "
-        "registered again after a restart (fenced until it catches up)."),
+        "off from the controller), it finished a controlled shutdown (a planned stop or rolling restart), it "
+        "registered again after a restart (fenced until it catches up), or it was unregistered "
+        "(`kafka-cluster.sh unregister`)."),
     EventType.BROKER_UNFENCED: EventTypeSpec(
         (Severity.INFO,), "info",
         "The controller unfenced a broker (`brokers`): it may lead and rejoin ISRs again.",

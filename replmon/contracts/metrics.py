@@ -111,8 +111,9 @@ CATALOG: tuple[MetricSpec, ...] = (
     MetricSpec("replmon_unclean_leader_elections_total", "counter", TOPIC,
                "Leader changes to a replica outside the previous ISR and ELR."),
     MetricSpec("replmon_committed_messages_lost_total", "counter", TOPIC,
-               "Committed messages lost: the sum of DATA_LOSS events (a leader change's committed offsets the new "
-               "leader's log does not hold)."),
+               "Committed messages lost: the sum of DATA_LOSS events' committed_lost (a leader change's committed "
+               "offsets the new leader's log does not hold), and of HW_REGRESSION's for a partition without leader "
+               "epoch lineage (where the regression is all there is)."),
     MetricSpec("replmon_uncommitted_messages_lost_total", "counter", TOPIC,
                "Offsets leader changes discarded above everything committed: old leaders' never-committed tails, "
                "writes acknowledged to acks=0/1 producers or never acknowledged (retried by their producers); the "
@@ -122,8 +123,8 @@ CATALOG: tuple[MetricSpec, ...] = (
                "Replicas found with a lineage that disagrees with the leader's over committed offsets (critical "
                "EPOCH_DIVERGENCE; a never-committed tail does not count)."),
     MetricSpec("replmon_broker_fencings_total", "counter", BROKER,
-               "Brokers the controller fenced because their heartbeats stopped or their process restarted "
-               "(BROKER_FENCED warnings; a controlled shutdown does not count)."),
+               "Brokers the controller fenced because their heartbeats stopped, their process restarted or they "
+               "were unregistered (BROKER_FENCED warnings; a controlled shutdown does not count)."),
     # --- the job itself ---
     MetricSpec("replmon_quarantined_samples_total", "counter", ("reason",),
                "Samples that failed parsing or validation, by reason; they go to the quarantine topic."),
