@@ -120,9 +120,11 @@ def test_each_replmon_service_has_time_for_its_clean_stop() -> None:
         assert int(grace.group(1)) >= STOP_BATCH_WAIT_S + 15, f"{name}: {grace.group(0)} to stop in"
 
 
-def test_parser_rejects_an_invalid_command() -> None:
-    with pytest.raises(SystemExit):
+def test_parser_rejects_an_invalid_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
         build_parser().parse_args(["agent", "--config", "/etc/replmon/replmon.yaml"])  # --log-dir missing
+    assert exited.value.code == 2
+    assert "--log-dir" in capsys.readouterr().err
 
 
 def test_compose_config_fits_the_schema_and_the_compose_network() -> None:

@@ -335,7 +335,8 @@ def test_collector_without_describe_on_the_cluster_names_it_and_samples_without_
     given = replmon("collect", "--once", "--output", "-", "--config", str(config))
     assert given.returncode == 0 and "ListPartitionReassignments" not in given.stderr, given.stderr
     samples = [json.loads(line) for line in given.stdout.splitlines()]
-    assert all(s["adding_replicas"] == [] for s in samples if s.get("schema") == "partition/v1")
+    partitions = [s for s in samples if s.get("schema") == "partition/v1"]
+    assert partitions and all(s["adding_replicas"] == [] and s["removing_replicas"] == [] for s in partitions)
 
 
 def test_create_is_needed_only_to_create_a_missing_topic(secure_cluster: LocalCluster) -> None:
