@@ -84,6 +84,9 @@ from bench.docsection import write_section  # noqa: E402
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
 from replmon.core.kafka_topics import ensure_topic  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
+from replmon.testbed.hdfs import HADOOP_VERSION  # noqa: E402
+from replmon.testbed.localcluster import KAFKA_VERSION  # noqa: E402
+from streaming.session import SPARK_VERSION  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "bench_cluster.png"
@@ -516,9 +519,10 @@ def report(args: argparse.Namespace, r: dict[str, Any]) -> tuple[list[str], list
         row("first batch (warm-up, not measured)", lambda m: s(m["first_batch_s"])),
     ]
     notes = [
-        f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark 4.0.0, one broker of Kafka 4.3.1, "
-        "HDFS 3.4.1 (one namenode and datanode in one JVM); the broker, the HDFS JVM, the driver (JVM and Python), "
-        "the standalone master and workers and their executors and Python workers all share the same cores. Load "
+        f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark {SPARK_VERSION}, one broker of "
+        f"Kafka {KAFKA_VERSION}, HDFS {HADOOP_VERSION} (one namenode and datanode in one JVM); the broker, the HDFS "
+        "JVM, the driver (JVM and Python), the standalone master and workers and their executors and Python workers "
+        "all share the same cores. Load "
         f"average (1, 5, 15 min) {r['load_start']} at the start and {r['load_end']} at the end; per mode "
         + "; ".join(f"{m['label']} {m['load_start']} -> {m['load_end']}" for m in modes) + ".",
         f"Workload: bench_stream's: {args.partitions:,} partitions ({max(1, args.partitions // PER_TOPIC)} topics x "

@@ -41,7 +41,7 @@ from replmon.contracts.samples import CycleSample, PartitionSample, Sample  # no
 from replmon.core.config import ClusterConfig, CollectorConfig, ReplmonConfig, TopicFilter, TransportConfig  # noqa: E402
 from replmon.core.errors import ReplmonError  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
-from replmon.testbed.localcluster import LocalCluster  # noqa: E402
+from replmon.testbed.localcluster import KAFKA_VERSION, LocalCluster  # noqa: E402
 from replmon.testbed.localcluster.cluster import cluster_pids  # noqa: E402
 
 TOPIC_PARTITIONS = 1000
@@ -237,7 +237,7 @@ def write_doc(command: str, brokers: int, rows: list[Row], note: str,
     section = "\n".join([
         "## Collector", "",
         "Protocol sampler (`collectors/protocol`), one steady cycle against a local "
-        f"{brokers}-broker Kafka 4.3.1 cluster "
+        f"{brokers}-broker Kafka {KAFKA_VERSION} cluster "
         f"(replication factor 3, topics of {TOPIC_PARTITIONS} partitions) on {os.cpu_count()} cores, "
         f"Python {platform.python_version()}: metadata, every ListOffsets question and the samples built, as the "
         "collector runs a cycle (`ClusterLoop.run_cycle`), the samples published by the collector's publisher "

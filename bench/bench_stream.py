@@ -74,8 +74,9 @@ from replmon.contracts.samples import PartitionSample, ReplicaOffsets, parse_sam
 from replmon.core.config import ReplmonConfig, StreamConfig, TransportConfig  # noqa: E402
 from replmon.core.kafka_topics import ensure_topic  # noqa: E402
 from replmon.core.processes import interrupt_on_sigterm  # noqa: E402
-from replmon.testbed.localcluster import LocalCluster  # noqa: E402
+from replmon.testbed.localcluster import KAFKA_VERSION, LocalCluster  # noqa: E402
 from replmon.testbed.localcluster.artifacts import java_executable, kafka_libs  # noqa: E402
+from streaming.session import SPARK_VERSION  # noqa: E402
 
 DOC = ROOT / "docs" / "benchmarks.md"
 PLOT = ROOT / "docs" / "bench_stream.png"
@@ -1178,10 +1179,10 @@ def report(args: argparse.Namespace, r: dict[str, Any], command: str) -> tuple[l
          "", ""),
     ]
     notes = [
-        f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark 4.0.0 (local[2]), one broker "
-        f"of Kafka 4.3.1; load average (1, 5, 15 min) {r['load_start']} at the start and {r['load_end']} at the "
-        "end. The job shares the cores with the broker and the producer JVM (and with whatever else the load "
-        "average shows).",
+        f"Run on {os.cpu_count()} cores, Python {platform.python_version()}, PySpark {SPARK_VERSION} (local[2]), "
+        f"one broker of Kafka {KAFKA_VERSION}; load average (1, 5, 15 min) {r['load_start']} at the start and "
+        f"{r['load_end']} at the end. The job shares the cores with the broker and the producer JVM (and with "
+        "whatever else the load average shows).",
         f"Workload: {args.partitions:,} partitions ({args.partitions // PER_TOPIC} topics x {PER_TOPIC}) x RF 3, "
         f"one sample per partition per cycle (leader LEO +100 per cycle, followers a few behind, HW = min ISR "
         f"LEO, lineage in 1 sample of 12, {args.churn}/1000 of the partitions per cycle with a shrunk ISR: "

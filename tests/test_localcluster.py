@@ -20,7 +20,7 @@ import pytest
 
 from replmon.core.errors import ReplmonError
 from replmon.testbed.kafka_view import KafkaView, wait_until
-from replmon.testbed.localcluster import LocalCluster
+from replmon.testbed.localcluster import KAFKA_VERSION, LocalCluster
 from replmon.testbed.localcluster.cluster import cluster_dir_to_start, cluster_pids
 from replmon.testbed.localcluster.properties import BROKER_DEFAULTS
 from replmon.testbed.workload import SequencedProducer, readable_sequences
@@ -206,7 +206,7 @@ def test_unreachable_maven_central_with_nothing_cached_is_one_clear_error(tmp_pa
     assert "cannot download Apache Kafka" in out.stderr
     assert "127.0.0.1:9" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "cache" / "kafka-4.3.1" / "complete").exists()
+    assert not (tmp_path / "cache" / f"kafka-{KAFKA_VERSION}" / "complete").exists()
 
 
 def test_cluster_commands_without_a_cluster_say_so(tmp_path: Path) -> None:
@@ -251,7 +251,7 @@ def test_an_election_in_a_cluster_not_running_is_refused_at_once(tmp_path: Path,
 
     nodes = [NodeSpec(node_id=0, role=NodeRole.CONTROLLER, port=9000, dir=tmp_path / "controller"),
              NodeSpec(node_id=1, role=NodeRole.BROKER, port=9001, dir=tmp_path / "broker-1")]
-    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version="4.3.1", nodes=nodes)
+    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version=KAFKA_VERSION, nodes=nodes)
     (tmp_path / "cluster.json").write_text(spec.model_dump_json())
     started = time.monotonic()
     assert main(["cluster", "elect", "t", "0", "--unclean", "--dir", str(tmp_path)]) == 2
@@ -412,7 +412,7 @@ def test_broker_jvm_options_follow_the_defaults_and_reach_only_the_brokers(tmp_p
 
     nodes = [NodeSpec(node_id=0, role=NodeRole.CONTROLLER, port=9000, dir=tmp_path / "controller"),
              NodeSpec(node_id=1, role=NodeRole.BROKER, port=9001, dir=tmp_path / "broker-1")]
-    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version="4.3.1", nodes=nodes,
+    spec = ClusterSpec(dir=tmp_path, cluster_id="AQEBAQEBAQEBAQEBAQEBAQ", kafka_version=KAFKA_VERSION, nodes=nodes,
                        broker_jvm_options=["-Xmx1g", "-XX:TieredStopAtLevel=4"])
     cluster = LocalCluster(ClusterSpec.model_validate_json(spec.model_dump_json()))  # as cluster.json keeps it
     broker = cluster.node_command(nodes[1], "java", tmp_path)

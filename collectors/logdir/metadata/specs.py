@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-VENDORED_FROM = ("kafka-metadata", "4.3.1", "common/metadata/")
+VENDORED_FROM = ("kafka-metadata", "4.4.0", "common/metadata/")
 """The jar (artifact, version) and the folder inside it the files in ``schemas/`` were copied from."""
 SCHEMA_DIR = "schemas"
 SHORT_MAX = 0x7FFF

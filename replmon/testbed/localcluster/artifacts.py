@@ -17,9 +17,8 @@ from pathlib import Path
 from replmon.core.errors import ReplmonError
 from replmon.core.paths import MAVEN_REPOSITORY_ENV, cache_dir
 
-KAFKA_VERSION = "4.3.1"
-"""The newest Apache Kafka 4.x whose whole dependency tree resolves from Maven Central (4.4.0 lacks
-kafka-tools-api there)."""
+KAFKA_VERSION = "4.4.0"
+"""The newest Apache Kafka 4.x whose whole dependency tree, kafka-tools included, resolves from Maven Central."""
 
 MIN_JAVA = 17
 
