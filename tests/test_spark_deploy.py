@@ -8,11 +8,14 @@ which reads their state from HDFS), then the driver is SIGKILLed and started aga
 state task for the one worker left (the state moves to a new query, streaming.reshard): every
 event an uninterrupted run computes from the same samples is in the events topic exactly once, with the same
 content, the gauges end where that run ends, and the history on HDFS holds the same events. Last, a SIGTERM to the
-driver's JVM alone (what reaches a driver under spark-submit) stops the job between two micro-batches."""
+driver's JVM alone (what reaches a driver under spark-submit) stops the job between two micro-batches.
+
+The watched cluster and the transport are the test's own (replmon.testbed.harness.scratch_clusters), not the
+session's: the test injects its faults there, so it runs beside the tests of the session cluster (its xdist group,
+tests/conftest.py), not after them."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import re
@@ -32,7 +35,7 @@ from bench.reliability import FaultLoad, end_offsets, healthy_sampled, job_event
 from replmon.cli.package import submit_command
 from replmon.core import locations
 from replmon.core.config import ReplmonConfig, load_config
-from replmon.testbed.harness import Pipeline, spawn_stage, transport_cluster
+from replmon.testbed.harness import Pipeline, scratch_clusters, spawn_stage
 from replmon.testbed.hdfs import MiniHdfs
 from replmon.testbed.kafka_view import KafkaView, wait_until
 from replmon.testbed.localcluster import LocalCluster
@@ -68,29 +71,27 @@ def spark_submit(pipeline: Pipeline, master: str, work: Path) -> list[str]:
 
 @pytest.mark.timeout(1200)
 def test_the_job_on_a_standalone_cluster_with_hdfs_survives_a_worker_and_its_driver_killed(
-    standalone: StandaloneCluster, hdfs: MiniHdfs, spark: SparkSession, healthy_cluster: LocalCluster,
-    topic_name: str, tmp_path: Path,
+    standalone: StandaloneCluster, hdfs: MiniHdfs, spark: SparkSession, topic_name: str, tmp_path: Path,
 ) -> None:
-    with contextlib.ExitStack() as stack:
-        run_on_the_cluster(stack, standalone, hdfs, spark, healthy_cluster, topic_name, tmp_path)
+    # samples and events on a cluster of their own, as in production: the faults hit the watched brokers, not the
+    # job's source and sink (on the watched cluster every fault stalled the job's reads and writes for its length)
+    with scratch_clusters(tmp_path / "clusters") as (watched, transport):
+        run_on_the_cluster(standalone, hdfs, spark, watched, transport, topic_name, tmp_path)
 
 
-def run_on_the_cluster(stack: contextlib.ExitStack, standalone: StandaloneCluster, hdfs: MiniHdfs,
-                       spark: SparkSession, healthy_cluster: LocalCluster, topic_name: str, tmp_path: Path) -> None:
-    topics = {f"{TOPIC_PREFIX}{topic_name}-{b}": b for b in healthy_cluster.broker_ids}
-    view = KafkaView(healthy_cluster.bootstrap_servers)
+def run_on_the_cluster(standalone: StandaloneCluster, hdfs: MiniHdfs, spark: SparkSession, watched: LocalCluster,
+                       transport: LocalCluster, topic_name: str, tmp_path: Path) -> None:
+    topics = {f"{TOPIC_PREFIX}{topic_name}-{b}": b for b in watched.broker_ids}
+    view = KafkaView(watched.bootstrap_servers)
     try:
         for topic, leader in topics.items():
-            view.create_topic(topic, assignment={0: [leader, *(b for b in healthy_cluster.broker_ids if b != leader)]})
+            view.create_topic(topic, assignment={0: [leader, *(b for b in watched.broker_ids if b != leader)]})
     finally:
         view.close()
     store = f"{hdfs.uri}/{topic_name}"
     (tmp_path / "pipeline").mkdir()
-    # samples and events on a cluster of their own, as in production: the faults hit the watched brokers, not the
-    # job's source and sink (on the watched cluster every fault stalled the job's reads and writes for its length)
-    transport = stack.enter_context(transport_cluster(tmp_path / "transport"))
     pipeline = Pipeline(
-        tmp_path / "pipeline", healthy_cluster, transport, include=[re.escape(t) for t in topics],
+        tmp_path / "pipeline", watched, transport, include=[re.escape(t) for t in topics],
         topic_names=f"deploy-{topic_name}", overrides={"stream": {
             "spark_master": standalone.master_url, "checkpoint_dir": f"{store}/checkpoint",
             "history_dir": f"{store}/history", "driver_host": "127.0.0.1", "driver_bind_address": "127.0.0.1",
@@ -100,7 +101,7 @@ def run_on_the_cluster(stack: contextlib.ExitStack, standalone: StandaloneCluste
                            "spark.shuffle.readHostLocalDisk": "false"}}})
     config = load_config(pipeline.config)
     python = {"PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}  # the executors' too
-    load = FaultLoad(healthy_cluster, topics, random.Random(22))
+    load = FaultLoad(watched, topics, random.Random(22))
     try:
         pipeline.spawn("collect")
         pipeline.procs["stream"] = spawn_stage(spark_submit(pipeline, standalone.master_url, tmp_path),
