@@ -24,13 +24,32 @@ from streaming.code_archive import ARCHIVE_ALIAS
 
 log = logging.getLogger(__name__)
 
-SPARK_VERSION = pyspark_hooks.PINNED_PYSPARK
+SPARK_VERSION = pyspark_hooks.PYSPARK_VERSION
+"""The running PySpark's version, which Spark's own modules below must match (a connector built for another Spark
+fails on its internal API): the pinned one (pyproject.toml), unless a platform's PySpark runs the job."""
 KAFKA_CONNECTOR = f"org.apache.spark:spark-sql-kafka-0-10_2.13:{SPARK_VERSION}"
 REDACTION_REGEX = r"(?i)secret|password|token|access[.]?key|jaas|keystore[.]key"
 """Spark's default (secret|password|token|access.key) plus ``jaas`` (``kafka.sasl.jaas.config``) and the inline
 private key of a client certificate (``kafka.ssl.keystore.key``)."""
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
-FILESYSTEM_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.FileSystemBasedCheckpointFileManager"
+
+
+def spark_release(version: str) -> tuple[int, int]:
+    """A Spark version's major and minor release ("4.2.0" -> (4, 2))."""
+    major, minor = version.split(".")[:2]
+    return int(major), int(minor)
+
+
+def checkpointing_package(spark_version: str) -> str:
+    """The package of Spark's checkpoint file managers in that Spark: Spark 4.1 moved them into a sub-package
+    (SPARK-52787), and a class named in the old one is not found there."""
+    base = "org.apache.spark.sql.execution.streaming"
+    return f"{base}.checkpointing" if spark_release(spark_version) >= (4, 1) else base
+
+
+CHECKPOINTING = checkpointing_package(SPARK_VERSION)
+"""The running Spark's (:func:`checkpointing_package`)."""
+FILESYSTEM_CHECKPOINT_MANAGER = f"{CHECKPOINTING}.FileSystemBasedCheckpointFileManager"
 
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 ABORTABLE_CHECKPOINT_MANAGER = "org.apache.spark.internal.io.cloud.AbortableStreamBasedCheckpointFileManager"

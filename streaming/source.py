@@ -10,7 +10,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
-from streaming.session import KAFKA_CONNECTOR
+from streaming.session import KAFKA_CONNECTOR, spark_release
 
 SOURCE_FETCH_MAX_WAIT_MS = 20
 """The Kafka source's consumers read offset ranges known to exist, in tasks; with the consumer's default (500
@@ -50,11 +50,30 @@ def kafka_source(spark: SparkSession, config: ReplmonConfig, starting_offsets: s
 
 
 def _require_kafka_source(spark: SparkSession) -> None:
-    """One clear line when Spark's Kafka source is not on the classpath (spark-submit without --packages)."""
+    """One clear line when Spark's Kafka source is not on the classpath (spark-submit without --packages), or is
+    another Spark release's (a ``--packages`` line copied from another platform's Spark)."""
     jvm: Any = spark._jvm
     try:
-        jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
+        provider = jvm.org.apache.spark.sql.execution.datasources.DataSource.lookupDataSource(
             "kafka", spark._jsparkSession.sessionState().conf())
     except Exception as exc:
         raise ReplmonError(f"Spark's Kafka source is not on the classpath: start spark-submit with --packages "
                            f"{KAFKA_CONNECTOR} (or --jars with it and its dependencies)") from exc
+    package = provider.getPackage()
+    version = package.getImplementationVersion() if package is not None else None
+    refusal = connector_refusal(None if version is None else str(version), spark.version)
+    if refusal is not None:
+        raise ReplmonError(refusal)
+
+
+def connector_refusal(connector_version: str | None, spark_version: str) -> str | None:
+    """Why Spark's Kafka source of ``connector_version`` (its jar's Implementation-Version) cannot serve
+    ``spark_version``, or None: a connector of another release (major.minor) is built against another Spark's
+    internal API, and fails, if at all, only at the query's start or in its tasks. None when the jar does not
+    say its version."""
+    if connector_version is None or spark_release(connector_version) == spark_release(spark_version):
+        return None
+    connector = KAFKA_CONNECTOR.rsplit(":", 1)[0]
+    return (f"Spark's Kafka source on the classpath is {connector_version}'s, and this Spark is {spark_version}: "
+            f"start spark-submit with --packages {connector}:{spark_version} (the connector of the Spark that "
+            f"runs the job)")

@@ -3,9 +3,12 @@ the checkpoint manager each store needs; the state parallelism; replmon's code s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
+import pyspark
 import pytest
 
 from replmon.core.config import StreamConfig
@@ -18,6 +21,7 @@ from streaming.session import (
     KAFKA_CONNECTOR,
     RESOLVED,
     bundled_jars,
+    checkpointing_package,
     remember_jars,
     spark_conf,
 )
@@ -30,6 +34,34 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A cache of the test's own: the connector not resolved yet (the machine's cache may hold a resolution)."""
     monkeypatch.setenv("REPLMON_CACHE_DIR", str(tmp_path / "cache"))
     return tmp_path / "cache"
+
+
+@pytest.mark.parametrize(("spark_version", "package"), [
+    ("4.0.0", "org.apache.spark.sql.execution.streaming"),
+    ("4.0.5", "org.apache.spark.sql.execution.streaming"),
+    ("4.1.1", "org.apache.spark.sql.execution.streaming.checkpointing"),
+    ("4.2.0", "org.apache.spark.sql.execution.streaming.checkpointing"),
+    ("5.0.0", "org.apache.spark.sql.execution.streaming.checkpointing"),
+])
+def test_the_checkpoint_managers_are_named_in_the_package_of_the_running_spark(spark_version: str,
+                                                                                 package: str) -> None:
+    """The packages as the spark-sql jars of PySpark 4.0.0, 4.1.1 and 4.2.0 hold the managers' classes; the tests
+    of the Spark tier load the running Spark's."""
+    assert checkpointing_package(spark_version) == package
+
+
+def test_spark_s_own_modules_follow_the_running_pyspark() -> None:
+    """Under another PySpark (a platform's), the Kafka connector, the cloud module and the checkpoint manager are
+    that Spark's: a connector built for another Spark fails on its internal API, a class of another package is not
+    found (the job failed at its query's start on PySpark 4.2.0 before)."""
+    probe = ("import pyspark; pyspark.__version__ = '4.2.0'; from streaming import session as s; "
+             "print(s.KAFKA_CONNECTOR, s.HADOOP_CLOUD, s.FILESYSTEM_CHECKPOINT_MANAGER)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0",
+                                  "org.apache.spark:spark-hadoop-cloud_2.13:4.2.0",
+                                  "org.apache.spark.sql.execution.streaming.checkpointing."
+                                  "FileSystemBasedCheckpointFileManager"]
+    assert KAFKA_CONNECTOR.rsplit(":", 1)[1] == HADOOP_CLOUD.rsplit(":", 1)[1] == pyspark.__version__
 
 
 def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 from replmon.core.config import ReplmonConfig
 from replmon.core.errors import ReplmonError
 from streaming.session import KAFKA_CONNECTOR
-from streaming.source import kafka_source, read_tasks
+from streaming.source import connector_refusal, kafka_source, read_tasks
 
 pytestmark = [pytest.mark.spark]
 
@@ -24,3 +24,13 @@ def test_a_session_without_the_kafka_source_is_told_which_package_to_add(spark: 
 def test_a_micro_batch_is_read_by_the_tasks_set_else_one_per_core(spark: SparkSession) -> None:
     assert read_tasks(spark, ReplmonConfig()) == spark.sparkContext.defaultParallelism
     assert read_tasks(spark, ReplmonConfig(stream={"read_tasks": 3})) == 3
+
+
+def test_a_kafka_source_of_another_spark_release_is_refused_with_the_one_to_use() -> None:
+    assert connector_refusal("4.0.0", "4.0.0") is None
+    assert connector_refusal("4.0.0", "4.0.1") is None  # a patch release keeps the internal API
+    assert connector_refusal(None, "4.2.0") is None  # a jar that does not say
+    refusal = connector_refusal("4.0.0", "4.2.0")
+    assert refusal is not None
+    assert "on the classpath is 4.0.0's, and this Spark is 4.2.0" in refusal
+    assert "--packages org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0 " in refusal

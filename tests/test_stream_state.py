@@ -5,6 +5,7 @@ partitions, did.)"""
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -34,7 +35,7 @@ from streaming.processor import (
     PackedTable,
     ReplicationProcessor,
 )
-from streaming.session import FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
+from streaming.session import CHECKPOINTING, FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
 from streaming.state import PartitionState
 
 pytestmark = [pytest.mark.spark]
@@ -93,7 +94,7 @@ def test_a_bucket_table_of_megabytes_survives_each_micro_batch(spark: SparkSessi
 
 
 CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
-SPARK_DEFAULT_MANAGER = "org.apache.spark.sql.execution.streaming.FileContextBasedCheckpointFileManager"
+SPARK_DEFAULT_MANAGER = f"{CHECKPOINTING}.FileContextBasedCheckpointFileManager"
 
 
 def _checkpoint_manager(spark: SparkSession, checkpoint: Path) -> str:
@@ -101,8 +102,8 @@ def _checkpoint_manager(spark: SparkSession, checkpoint: Path) -> str:
     jvm = spark._jvm
     assert jvm is not None
     conf = spark._jsparkSession.sessionState().newHadoopConf()
-    manager = jvm.org.apache.spark.sql.execution.streaming.CheckpointFileManager.create(
-        jvm.org.apache.hadoop.fs.Path(str(checkpoint)), conf)
+    package = functools.reduce(getattr, CHECKPOINTING.split("."), jvm)
+    manager = package.CheckpointFileManager.create(jvm.org.apache.hadoop.fs.Path(str(checkpoint)), conf)
     return str(manager.getClass().getName())
 
 
