@@ -66,7 +66,7 @@ STATE_CONF = {
     # log, the commit log and each state task's changelog, every micro-batch, ~40 ms apiece on a busy JVM.
     # Hadoop's FileSystem.rename is a plain rename(2) there, as atomic, and the files are the same: a checkpoint
     # written by either manager is read by the other. Other stores: checkpoint_manager_conf.
-    "spark.sql.streaming.checkpointFileManagerClass": FILESYSTEM_CHECKPOINT_MANAGER,
+    CHECKPOINT_MANAGER: FILESYSTEM_CHECKPOINT_MANAGER,
 }
 """How the session keeps the query's state and checkpoint (also the tests' own sessions)."""
 

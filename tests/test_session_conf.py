@@ -16,6 +16,7 @@ from replmon.core.errors import ReplmonError
 from streaming import code_archive
 from streaming.session import (
     ABORTABLE_CHECKPOINT_MANAGER,
+    CHECKPOINT_MANAGER,
     FILESYSTEM_CHECKPOINT_MANAGER,
     HADOOP_CLOUD,
     KAFKA_CONNECTOR,
@@ -25,8 +26,6 @@ from streaming.session import (
     remember_jars,
     spark_conf,
 )
-
-MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 
 
 @pytest.fixture(autouse=True)
@@ -69,7 +68,7 @@ def test_local_mode_stays_on_loopback_with_one_state_task_per_core() -> None:
     assert conf["spark.master"] == "local[3]"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "127.0.0.1"
     assert conf["spark.sql.shuffle.partitions"] == conf["spark.default.parallelism"] == "3"
-    assert conf[MANAGER] == FILESYSTEM_CHECKPOINT_MANAGER
+    assert conf[CHECKPOINT_MANAGER] == FILESYSTEM_CHECKPOINT_MANAGER
     assert conf["spark.jars.packages"] == KAFKA_CONNECTOR
     assert "spark.archives" not in conf  # the executors are this process's
     assert conf["spark.sql.codegen.factoryMode"] == "NO_CODEGEN"  # interpreted projections (measured faster)
@@ -85,7 +84,7 @@ def test_a_cluster_master_gets_its_own_addresses_the_code_archive_and_its_cores_
     assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
     assert "spark.default.parallelism" not in conf
     assert conf["spark.sql.shuffle.partitions"] == "6"
-    assert MANAGER not in conf  # HDFS: Spark's own FileContext manager (rename with overwrite)
+    assert CHECKPOINT_MANAGER not in conf  # HDFS: Spark's own FileContext manager (rename with overwrite)
     assert conf["spark.archives"] == "file:///cache/replmon-code-1.zip#replmon-code"
     assert conf["spark.executorEnv.PYTHONPATH"] == "replmon-code"
 
@@ -115,7 +114,7 @@ def test_configured_parallelism_and_addresses_win_and_executor_counts_give_the_c
 ])
 def test_each_store_gets_the_checkpoint_manager_it_needs(checkpoint: str, manager: str | None) -> None:
     conf = spark_conf(StreamConfig(checkpoint_dir=checkpoint))
-    assert conf.get(MANAGER) == manager
+    assert conf.get(CHECKPOINT_MANAGER) == manager
     assert (HADOOP_CLOUD in conf["spark.jars.packages"]) is (manager == ABORTABLE_CHECKPOINT_MANAGER)
 
 

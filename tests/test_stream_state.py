@@ -35,7 +35,7 @@ from streaming.processor import (
     PackedTable,
     ReplicationProcessor,
 )
-from streaming.session import CHECKPOINTING, FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
+from streaming.session import CHECKPOINT_MANAGER, CHECKPOINTING, FILESYSTEM_CHECKPOINT_MANAGER, STATE_CONF
 from streaming.state import PartitionState
 
 pytestmark = [pytest.mark.spark]
@@ -93,7 +93,6 @@ def test_a_bucket_table_of_megabytes_survives_each_micro_batch(spark: SparkSessi
     assert seen == [(n, (n + 1) * ENTRY_BYTES) for n in range(5)]
 
 
-CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
 SPARK_DEFAULT_MANAGER = f"{CHECKPOINTING}.FileContextBasedCheckpointFileManager"
 
 
